@@ -1,0 +1,20 @@
+"""The ambient category: open subsets of Euclidean spaces and smooth maps, with finite products.
+
+Knows nothing of learning. `lenses` builds on it.
+"""
+
+from .functors import D, dual, linear_smooth, pullback, reverse_derivative
+from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
+from .para import Para, ParaChain, para_identity, para_of, slot_uses, tie, tying_map
+from .smooth import (Smooth, constant, diagonal, discard, fst, identity, pair, projection, scale,
+                     snd, swap)
+from .spaces import DomainError, OpenBall, OpenBox, Positive, Product, R, Space, euclidean
+
+__all__ = [
+    "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
+    "Covector", "Linear", "Vector", "pairing", "identity_linear", "flatten_value", "unflatten_value", "unwrap",
+    "Para", "ParaChain", "para_identity", "para_of", "tie", "tying_map", "slot_uses",
+    "Smooth", "identity", "pair", "fst", "snd", "projection", "diagonal", "discard", "swap",
+    "constant", "scale",
+    "DomainError", "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
+]

@@ -1,0 +1,59 @@
+"""The differential D, the dual, their composite, and the reverse derivative R.
+
+- `D(f, x)`: the differential df_x : T_xA → T_{f x}B, a `Linear` computed by `jax.jvp`.
+  (x, f) ↦ df_x is a functor on pointed spaces: covariant, d(g∘f)_x = dg_{f x} ∘ df_x.
+- `dual(L)`: the transpose L* between cotangent spaces; contravariant, (B∘A)* = A*∘B*.
+- `pullback(f, x) = dual(D(f, x))`: the composite, contravariant; this is why the
+  backward pass runs in reverse order (theory: "Why the Backward Part Runs in Reverse").
+- `reverse_derivative(f)`: the smooth map R[f] : A × B* → A*, (x, y') ↦ (df_x)*(y'),
+  by `jax.vjp` (a vector–Jacobian product; the Jacobian is never formed).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .linear import Linear
+from .smooth import Smooth
+
+
+def D(f: Smooth, x) -> Linear:
+    """The differential of f at x, df_x : R^dom → R^cod (a forward-mode JVP)."""
+    fn = f.fn
+
+    def apply(v):
+        return jax.jvp(fn, (x,), (v,))[1]
+
+    def transpose(y):
+        return jax.vjp(fn, x)[1](y)[0]
+
+    return Linear(f.dom, f.cod, apply, transpose=transpose, name=f"d{f.name}")
+
+
+def dual(L: Linear) -> Linear:
+    """The dual (transpose) of a linear map."""
+    return L.dual()
+
+
+def pullback(f: Smooth, x) -> Linear:
+    """(df_x)* : T*_{f x}B → T*_xA, the composite of D and the dual (a VJP)."""
+    return dual(D(f, x))
+
+
+def reverse_derivative(f: Smooth) -> Smooth:
+    """R[f] : A × B* → A*, R[f](x, y') = (df_x)*(y'), never forming the Jacobian."""
+    fn = f.fn
+
+    def rf(xy):
+        x, y = xy
+        return jax.vjp(fn, x)[1](y)[0]
+
+    return Smooth(f.dom * f.cod.tangent, f.dom.tangent, rf, f"R[{f.name}]")
+
+
+def linear_smooth(L: Linear) -> Smooth:
+    """A linear map regarded as a smooth map (a morphism of the ambient category)."""
+    return Smooth(L.dom, L.cod, L.apply, L.name)
+
+
+__all__ = ["D", "dual", "pullback", "reverse_derivative", "linear_smooth"]

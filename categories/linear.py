@@ -1,0 +1,266 @@
+"""Tangent vectors, cotangent vectors, and linear maps between tangent spaces.
+
+`Vector` (an element of T_pA = R^shape) and `Covector` (an element of T*_pA = (R^shape)*) are
+distinct pytree types. Both are vector spaces. A vector moves a point (`p - v`), a covector
+does not: it is a measurement on vectors (`cov(v)` is the pairing ⟨cov, v⟩), and turning it
+into a vector needs an inner product's sharp map. Keeping the two apart is what puts the
+choice of inner product in view (theory: "The Parameter Was Copied").
+
+`Linear(dom, cod, apply)`: a linear map between tangent spaces (or, for a dual, between
+cotangent spaces); `.dual()` is its transpose, `>>` composes diagrammatically.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .spaces import Space
+
+tree_map = jax.tree_util.tree_map
+
+COVECTOR_IS_NOT_A_POINT = (
+    "a covector is not a point (nor a vector): it measures vectors, it cannot move a point. "
+    "Turn it into a Vector with a sharp map of an inner product first, e.g. "
+    "metric.sharp(p, covector), and subtract that."
+)
+
+
+def _leaves_add(x, y):
+    return tree_map(lambda a, b: a + b, x, y)
+
+
+def _scale(c, x):
+    return tree_map(lambda a: c * a, x)
+
+
+def pairing(covector_value, vector_value):
+    """⟨y', v⟩ = Σ y'_i v_i over all leaves (raw pytrees of the same structure)."""
+    leaves_c = jax.tree_util.tree_leaves(covector_value)
+    leaves_v = jax.tree_util.tree_leaves(vector_value)
+    if len(leaves_c) != len(leaves_v):
+        raise ValueError("pairing a covector and a vector of different structure")
+    return sum((jnp.sum(c * v) for c, v in zip(leaves_c, leaves_v)), jnp.asarray(0.0))
+
+
+class _Tangent:
+    """Shared vector-space structure of `Vector` and `Covector` (same kind only)."""
+
+    __slots__ = ("value", "space")
+    __array_ufunc__ = None  # numpy must defer to our reflected operators
+    __array_priority__ = 1000
+
+    def __init__(self, value, space: Space | None = None):
+        self.value = value
+        self.space = space
+
+    @classmethod
+    def zero(cls, space: Space):
+        return cls(space.tangent.zeros(), space)
+
+    def _same_kind(self, other, op):
+        if type(other) is not type(self):
+            raise TypeError(self._mix_message(other, op))
+        return other
+
+    def _mix_message(self, other, op):
+        return f"cannot {op} {type(self).__name__} and {type(other).__name__}"
+
+    def __add__(self, other):
+        other = self._same_kind(other, "add")
+        return type(self)(_leaves_add(self.value, other.value), self.space or other.space)
+
+    def __sub__(self, other):
+        other = self._same_kind(other, "subtract")
+        return self + (-other)
+
+    def __neg__(self):
+        return type(self)(_scale(-1.0, self.value), self.space)
+
+    def __mul__(self, c):
+        if isinstance(c, _Tangent):
+            return NotImplemented
+        return type(self)(_scale(c, self.value), self.space)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c):
+        return self * (1.0 / c)
+
+    def __eq__(self, other):  # structural, for tests; use `allclose` for numbers
+        return type(other) is type(self) and all(
+            np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(self.value),
+                                                  jax.tree_util.tree_leaves(other.value))
+        )
+
+    __hash__ = None
+
+    def __repr__(self):
+        where = f" on {self.space!r}" if self.space is not None else ""
+        return f"{type(self).__name__}{where}({self.value!r})"
+
+
+class Vector(_Tangent):
+    """A tangent vector v ∈ T_pA ≅ R^shape. `p - v` and `p + v` move the point p."""
+
+    __slots__ = ()
+
+    def __rsub__(self, point):
+        if isinstance(point, Covector):
+            raise TypeError(COVECTOR_IS_NOT_A_POINT)
+        return _leaves_add(point, _scale(-1.0, self.value))
+
+    def __radd__(self, point):
+        if isinstance(point, Covector):
+            raise TypeError(COVECTOR_IS_NOT_A_POINT)
+        return _leaves_add(point, self.value)
+
+    def _mix_message(self, other, op):
+        if isinstance(other, Covector):
+            return f"cannot {op} a Vector and a Covector: {COVECTOR_IS_NOT_A_POINT}"
+        return super()._mix_message(other, op)
+
+
+class Covector(_Tangent):
+    """A cotangent vector y' ∈ T*_pA ≅ (R^shape)*; `y'(v)` is the pairing ⟨y', v⟩."""
+
+    __slots__ = ()
+
+    def _mix_message(self, other, op):
+        return f"cannot {op} a Covector and {type(other).__name__}: {COVECTOR_IS_NOT_A_POINT}"
+
+    def __radd__(self, other):
+        raise TypeError(COVECTOR_IS_NOT_A_POINT)
+
+    def __rsub__(self, other):
+        raise TypeError(COVECTOR_IS_NOT_A_POINT)
+
+    def __call__(self, v):
+        return pairing(self.value, v.value if isinstance(v, Vector) else v)
+
+
+def _flatten(t):
+    return (t.value,), t.space
+
+
+def _unflatten_as(cls):
+    return lambda space, children: cls(children[0], space)
+
+
+for _cls in (Vector, Covector):
+    jax.tree_util.register_pytree_node(_cls, _flatten, _unflatten_as(_cls))
+
+
+def unwrap(x):
+    """The raw pytree inside a Vector/Covector (or x itself)."""
+    return x.value if isinstance(x, _Tangent) else x
+
+
+class Linear:
+    """A linear map dom → cod between tangent spaces (`on="covectors"`: between cotangent spaces).
+
+    `apply` acts on raw pytrees; calling the map on a `Vector` (`Covector` for a map on
+    covectors) returns the same kind. `transpose`, when known, is the dual map's `apply`.
+    """
+
+    def __init__(self, dom: Space, cod: Space, apply, transpose=None, on="vectors", name=None):
+        self.dom, self.cod = dom.tangent, cod.tangent
+        self.apply = apply
+        self._transpose = transpose
+        self.on = on
+        self.name = name or "L"
+
+    @property
+    def kind(self):
+        return Vector if self.on == "vectors" else Covector
+
+    def __call__(self, v):
+        if isinstance(v, _Tangent):
+            if not isinstance(v, self.kind):
+                raise TypeError(
+                    f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
+                    f"got a {type(v).__name__}"
+                )
+            return self.kind(self.apply(v.value), self.cod)
+        return self.apply(v)
+
+    def dual(self) -> "Linear":
+        """The transpose A* : cod* → dom*, ⟨A* y', v⟩ = ⟨y', A v⟩ (computed by `jax.linear_transpose`)."""
+        if self._transpose is not None:
+            transpose = self._transpose
+        else:
+            apply, dom = self.apply, self.dom
+
+            def transpose(y):
+                if dom.is_terminal:
+                    return None
+                (out,) = jax.linear_transpose(apply, dom.zeros())(y)
+                return out
+
+        on = "covectors" if self.on == "vectors" else "vectors"
+        name = self.name[:-1] if self.name.endswith("*") else self.name + "*"
+        return Linear(self.cod, self.dom, transpose, transpose=self.apply, on=on, name=name)
+
+    def __rshift__(self, other: "Linear") -> "Linear":
+        """Diagrammatic composite: first self, then other."""
+        if self.cod != other.dom or self.on != other.on:
+            raise TypeError(
+                f"cannot compose {self.name} : {self.dom!r} → {self.cod!r} with "
+                f"{other.name} : {other.dom!r} → {other.cod!r}"
+            )
+        f, g = self.apply, other.apply
+        ft, gt = self._transpose, other._transpose
+        transpose = (lambda y: ft(gt(y))) if ft is not None and gt is not None else None
+        return Linear(self.dom, other.cod, lambda v: g(f(v)), transpose, self.on,
+                      f"{other.name}∘{self.name}")
+
+    def compose(self, first: "Linear") -> "Linear":
+        """self ∘ first (applicative order)."""
+        return first >> self
+
+    def __mul__(self, other: "Linear") -> "Linear":
+        """The product map A × C → B × D, (u, w) ↦ (self u, other w)."""
+        f, g = self.apply, other.apply
+        return Linear(self.dom * other.dom, self.cod * other.cod,
+                      lambda uw: (f(uw[0]), g(uw[1])), on=self.on,
+                      name=f"{self.name}×{other.name}")
+
+    def matrix(self) -> jnp.ndarray:
+        """The matrix in the standard bases, shape (cod.size, dom.size), for tests."""
+        dom_leaves = _basis_columns(self.dom)
+        cols = [flatten_value(self.apply(e), self.cod) for e in dom_leaves]
+        if not cols:
+            return jnp.zeros((self.cod.size, 0))
+        return jnp.stack(cols, axis=1)
+
+    def __repr__(self):
+        return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
+
+
+def identity_linear(space: Space, on="vectors") -> Linear:
+    return Linear(space, space, lambda v: v, transpose=lambda v: v, on=on, name="id")
+
+
+def flatten_value(x, space: Space) -> jnp.ndarray:
+    """A point/tangent value of `space` as one flat vector of length space.size."""
+    leaves = jax.tree_util.tree_leaves(x)
+    if not leaves:
+        return jnp.zeros((space.size,))
+    return jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
+
+
+def unflatten_value(flat, space: Space):
+    """Inverse of `flatten_value`."""
+    template = space.tangent.zeros(flat.dtype)
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    out, i = [], 0
+    for leaf in leaves:
+        out.append(jnp.reshape(flat[i:i + leaf.size], leaf.shape))
+        i += leaf.size
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _basis_columns(space: Space):
+    eye = jnp.eye(space.size)
+    return [unflatten_value(eye[i], space) for i in range(space.size)]

@@ -1,0 +1,186 @@
+"""The Para construction over the ambient category (which has finite products).
+
+A parameterised map is (P, f : A × P → B). Two compose into (P × Q, (a, (p, q)) ↦ g(f(a, p), q)).
+Chains flatten: the parameter point of f ≫ g ≫ h is (p, q, r) however it was bracketed, each
+component keeping its own slot. The identity carries the terminal parameter object R^0.
+A reparameterisation (2-cell) along a smooth r : Q → P turns (P, f) into (Q, f ∘ (1_A × r));
+weight tying is the reparameterisation along the diagonal Δ : P → P × P.
+
+`chain_parts`, `check_composable`, `tying_map` and `slot_uses` are shared with `lenses`, so
+that the rules (what composes, how slots are numbered, how uses are counted) are written once.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .smooth import Smooth
+from .spaces import Product, R, Space
+
+
+def check_composable(f, g, what="compose") -> None:
+    """Raise a `TypeError` naming both things and both spaces unless f.cod == g.dom."""
+    if f.cod != g.dom:
+        raise TypeError(
+            f"cannot {what} {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
+            f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
+        )
+
+
+def chain_parts(f, g) -> tuple:
+    """The flattened components of f ≫ g (a chain contributes its parts, anything else itself)."""
+    return tuple(f.parts) + tuple(g.parts)
+
+
+def chain_param(parts) -> Product:
+    return Product(*(p.param for p in parts))
+
+
+def chain_name(parts) -> str:
+    return " ≫ ".join(p.name for p in parts)
+
+
+class Para:
+    """A parameterised smooth map (P, f : A × P → B); call it as `f(a, p)`."""
+
+    def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
+        self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
+        self.name = name or getattr(fn, "__name__", "f")
+
+    @property
+    def parts(self) -> tuple:
+        return (self,)
+
+    def __call__(self, a, p):
+        return self.fn(a, p)
+
+    def __rshift__(self, other: "Para") -> "Para":
+        check_composable(self, other)
+        return ParaChain(chain_parts(self, other))
+
+    def reparam(self, r: Smooth, name: str | None = None) -> "Para":
+        """The 2-cell along r : Q → P: the map (Q, (a, q) ↦ f(a, r q))."""
+        if r.cod != self.param:
+            raise TypeError(
+                f"cannot reparameterise {self.name} (parameters {self.param!r}) along "
+                f"{r.name} : {r.dom!r} → {r.cod!r}"
+            )
+        fn, rf = self.__call__, r.fn
+        return Para(self.dom, self.cod, r.dom, lambda a, q: fn(a, rf(q)),
+                    name or f"{self.name}[{r.name}]")
+
+    def as_smooth(self) -> Smooth:
+        """The underlying morphism A × P → B of the ambient category."""
+        return Smooth(self.dom * self.param, self.cod, lambda ap: self(ap[0], ap[1]), self.name)
+
+    def __repr__(self) -> str:
+        return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param!r}"
+
+
+class ParaChain(Para):
+    """f_1 ≫ ... ≫ f_n with parameter object P_1 × ... × P_n (one slot per component)."""
+
+    def __init__(self, parts: Sequence[Para]):
+        self._parts = tuple(parts)
+        super().__init__(parts[0].dom, parts[-1].cod, chain_param(parts), self._run, chain_name(parts))
+
+    @property
+    def parts(self) -> tuple:
+        return self._parts
+
+    def _run(self, a, ps):
+        for part, p in zip(self._parts, ps):
+            a = part(a, p)
+        return a
+
+
+def para_identity(A: Space) -> Para:
+    """The identity (R^0, (a, None) ↦ a)."""
+    return Para(A, A, R(0), lambda a, p: a, "id")
+
+
+def para_of(f: Smooth) -> Para:
+    """A plain map as a parameterised one with no parameters (R^0)."""
+    fn = f.fn
+    return Para(f.dom, f.cod, R(0), lambda a, p: fn(a), f.name)
+
+
+# -- weight tying ----------------------------------------------------------------------------
+
+def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
+    """r : Q → P sharing the slots `slots` of the product P (they must be the same space).
+
+    Q is P with the slots after the first removed; r copies the shared slot into each of its
+    places: for two slots this is the diagonal Δ : P_i → P_i × P_i, placed in the product.
+    """
+    if not isinstance(P, Product):
+        raise TypeError(f"weight tying needs a product parameter object, got {P!r}")
+    slots = sorted(set(int(s) for s in slots))
+    if len(slots) < 2:
+        raise ValueError("tying needs at least two slots")
+    shared = P.factors[slots[0]]
+    for s in slots[1:]:
+        if P.factors[s] != shared:
+            raise TypeError(
+                f"cannot tie slot {slots[0]} ({shared!r}) with slot {s} ({P.factors[s]!r}): "
+                "tied slots must have the same parameter object"
+            )
+    keep = [i for i in range(len(P.factors)) if i not in slots[1:]]
+    Q = Product(*(P.factors[i] for i in keep))
+    where = {i: k for k, i in enumerate(keep)}
+
+    def r(q):
+        return tuple(q[where[slots[0]]] if i in slots else q[where[i]] for i in range(len(P.factors)))
+
+    return Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
+
+
+def tie(f: Para, slots: Sequence[int]) -> Para:
+    """Weight tying: `f.reparam(tying_map(f.param, slots))`."""
+    return f.reparam(tying_map(f.param, slots))
+
+
+def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
+    """How many times each slot of Q is used by (Q, f ∘ (1 × r)) when f uses P's slots `inner_uses` times.
+
+    A slot of Q reaches the slots of P that move when it moves (read off a JVP of r in a
+    random direction, so that it holds for any smooth r, not only for tying maps).
+    """
+    Q, P = r.dom, r.cod
+    q_factors = Q.factors if isinstance(Q, Product) else (Q,)
+    key = jax.random.PRNGKey(seed)
+    q0 = Q.sample_interior(key)
+    counts = []
+    for i, F in enumerate(q_factors):
+        tangent = Q.tangent.zeros()
+        if isinstance(Q, Product):
+            tangent = list(tangent)
+            tangent[i] = F.sample_interior(jax.random.fold_in(key, i + 1)) if not F.is_terminal else None
+            tangent = tuple(tangent)
+        else:
+            tangent = F.tangent.sample_interior(jax.random.fold_in(key, i + 1))
+        if F.is_terminal:
+            counts.append(0)
+            continue
+        out = jax.jvp(r.fn, (q0,), (tangent,))[1]
+        outs = out if isinstance(P, Product) else (out,)
+        n = 0
+        for j, o in enumerate(outs):
+            leaves = jax.tree_util.tree_leaves(o)
+            if leaves and any(bool(jnp.any(leaf != 0)) for leaf in leaves):
+                n += inner_uses[j]
+        counts.append(n)
+    return tuple(counts)
+
+
+def flat_slots(P: Space) -> int:
+    return len(P.factors) if isinstance(P, Product) else 1
+
+
+__all__ = [
+    "Para", "ParaChain", "para_identity", "para_of", "tying_map", "tie", "slot_uses",
+    "check_composable", "chain_parts",
+]

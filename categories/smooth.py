@@ -1,0 +1,155 @@
+"""Morphisms of the ambient category: smooth maps between open subsets of Euclidean spaces.
+
+`Smooth(dom, cod, fn)` is a smooth map dom → cod. Composition is `f >> g` (diagrammatic:
+f first), defined once here; the cartesian structure is `pair` ⟨f, g⟩, `f * g`, the
+projections `fst`/`snd`, the diagonal (copy) and `discard` to the terminal object R^0.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .spaces import DomainError, Product, R, Space, euclidean
+
+tree_map = jax.tree_util.tree_map
+
+
+class Smooth:
+    """A smooth map f : dom → cod, with `fn` written for single points (a pytree in, a pytree out)."""
+
+    def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
+        if not isinstance(dom, Space) or not isinstance(cod, Space):
+            raise TypeError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
+        self.dom, self.cod, self.fn = dom, cod, fn
+        self.name = name or getattr(fn, "__name__", "f")
+        self._check = check
+
+    def __call__(self, x):
+        if self._check:
+            self.dom.check(x, f"the argument of {self.name}")
+        return self.fn(x)
+
+    # -- composition (the one definition of ≫ in this category) -----------------------------
+    def __rshift__(self, other: "Smooth") -> "Smooth":
+        if not isinstance(other, Smooth):
+            return NotImplemented
+        if self.cod != other.dom:
+            raise TypeError(
+                f"cannot compose {self.name} : {self.dom!r} → {self.cod!r} with "
+                f"{other.name} : {other.dom!r} → {other.cod!r}: "
+                f"codomain {self.cod!r} of {self.name} is not domain {other.dom!r} of {other.name}"
+            )
+        f, g = self.fn, other.fn
+        return Smooth(self.dom, other.cod, lambda x: g(f(x)), f"{self.name} ≫ {other.name}",
+                      check=self._check)
+
+    def __mul__(self, other: "Smooth") -> "Smooth":
+        """f × g : A × C → B × D, (a, c) ↦ (f a, g c)."""
+        if not isinstance(other, Smooth):
+            if isinstance(other, (int, float)):
+                return scale(other, self)
+            return NotImplemented
+        f, g = self.fn, other.fn
+        return Smooth(self.dom * other.dom, self.cod * other.cod, lambda ac: (f(ac[0]), g(ac[1])),
+                      f"({self.name} × {other.name})")
+
+    def __rmul__(self, c):
+        if isinstance(c, (int, float)) or getattr(c, "shape", None) == ():
+            return scale(c, self)
+        return NotImplemented
+
+    def __add__(self, other: "Smooth") -> "Smooth":
+        """Pointwise sum f + g : A → B, for a Euclidean codomain B."""
+        if self.dom != other.dom or self.cod != other.cod:
+            raise TypeError(
+                f"cannot add {self.name} : {self.dom!r} → {self.cod!r} and "
+                f"{other.name} : {other.dom!r} → {other.cod!r}: the spaces differ"
+            )
+        _need_euclidean(self.cod, "+")
+        f, g = self.fn, other.fn
+        return Smooth(self.dom, self.cod, lambda x: tree_map(lambda a, b: a + b, f(x), g(x)),
+                      f"({self.name} + {other.name})")
+
+    def __neg__(self):
+        return scale(-1.0, self)
+
+    def __repr__(self) -> str:
+        return f"{self.name} : {self.dom!r} → {self.cod!r}"
+
+
+def _need_euclidean(space: Space, op: str) -> None:
+    if not euclidean(space):
+        raise TypeError(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
+
+
+def scale(c, f: Smooth) -> Smooth:
+    """The scalar multiple c·f, for a Euclidean codomain."""
+    _need_euclidean(f.cod, "scalar multiplication")
+    fn = f.fn
+    return Smooth(f.dom, f.cod, lambda x: tree_map(lambda a: c * a, fn(x)), f"{c}·{f.name}")
+
+
+def identity(A: Space) -> Smooth:
+    """1_A : A → A."""
+    return Smooth(A, A, lambda x: x, "id")
+
+
+def pair(f: Smooth, g: Smooth) -> Smooth:
+    """⟨f, g⟩ : A → B × C, the unique map with ⟨f, g⟩ ≫ fst = f and ⟨f, g⟩ ≫ snd = g."""
+    if f.dom != g.dom:
+        raise TypeError(
+            f"cannot pair {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
+            "their domains differ"
+        )
+    ff, gg = f.fn, g.fn
+    return Smooth(f.dom, f.cod * g.cod, lambda x: (ff(x), gg(x)), f"⟨{f.name}, {g.name}⟩")
+
+
+def _binary(AB: Space, who: str) -> Product:
+    if not isinstance(AB, Product) or len(AB.factors) != 2:
+        raise TypeError(f"{who} needs a binary product A × B, got {AB!r}")
+    return AB
+
+
+def fst(A: Space, B: Space | None = None) -> Smooth:
+    """π₀ : A × B → A (also `fst(A × B)`)."""
+    AB = _binary(A, "fst") if B is None else A * B
+    return Smooth(AB, AB.factors[0], lambda ab: ab[0], "π₀")
+
+
+def snd(A: Space, B: Space | None = None) -> Smooth:
+    """π₁ : A × B → B (also `snd(A × B)`)."""
+    AB = _binary(A, "snd") if B is None else A * B
+    return Smooth(AB, AB.factors[1], lambda ab: ab[1], "π₁")
+
+
+def projection(P: Product, i: int) -> Smooth:
+    """π_i : A_0 × ... × A_{n-1} → A_i."""
+    return Smooth(P, P.factors[i], lambda x: x[i], f"π{i}")
+
+
+def diagonal(A: Space) -> Smooth:
+    """Δ_A : A → A × A, the copy that the cartesian structure provides for free."""
+    return Smooth(A, A * A, lambda x: (x, x), "Δ")
+
+
+def discard(A: Space) -> Smooth:
+    """!_A : A → R^0, the unique map to the terminal object."""
+    return Smooth(A, R(0), lambda x: None, "!")
+
+
+def swap(A: Space, B: Space) -> Smooth:
+    """σ : A × B → B × A."""
+    return Smooth(A * B, B * A, lambda ab: (ab[1], ab[0]), "σ")
+
+
+def constant(A: Space, B: Space, value) -> Smooth:
+    """The constant map A → B at a point of B."""
+    B.check(value, "the value of a constant map")
+    return Smooth(A, B, lambda x: value, "const")
+
+
+__all__ = [
+    "Smooth", "DomainError", "identity", "pair", "fst", "snd", "projection", "diagonal",
+    "discard", "swap", "constant", "scale",
+]

@@ -1,0 +1,1 @@
+"""Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them."""
