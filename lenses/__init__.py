@@ -1,1 +1,11 @@
 """Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them."""
+
+from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
+                     describe_slope, largest_slope)
+from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
+                     max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
+from .lens import Lens, as_lens, lens_identity, lens_of
+from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
+from .para_lens import (Batched, Checkpointed, Parallel, ParaChain, ParaLens, Polymorphic, Reparam,
+                        batched, checkpoint, derived, n_params, tie, uses)
+from .structure import add, copy, discard

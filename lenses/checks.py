@@ -1,0 +1,165 @@
+"""Checks on backward parts, and the composition rule spelled out in the ambient category.
+
+- `check_backward(lens, a, p, b')`: compares a lens's backward part (hand-written or not) with
+  the one JAX derives from its forward part and with central finite differences
+  [S(w + ε) − S(w − ε)] / 2ε of the scalar S(w) = ⟨b', f(w)⟩, slot by slot.
+- `composition_rule(f, g)`: the forward-and-backward map of f ≫ g built literally as a
+  composite of smooth maps (pairings, projections, products) with the copies the rule makes —
+  (a, p), read by f and by f'; (f(a, p), q), read by g and by g' — as explicit diagonals.
+- `largest_slope(p')`: the largest |coordinate| of a parameter covector, skipping R^0 slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from categories import Smooth, Space, diagonal, identity, pair, projection
+from categories.linear import flatten_value, pairing, unflatten_value, unwrap
+from categories.para import check_composable
+
+from .para_lens import ParaLens, derived
+
+
+@dataclass
+class BackwardReport:
+    """Largest absolute discrepancy per slot ("a" for the input, "p[i]" for parameter leaves)."""
+
+    vs_derived: dict = field(default_factory=dict)
+    vs_finite_differences: dict = field(default_factory=dict)
+
+    @property
+    def max_error(self) -> float:
+        return max(list(self.vs_derived.values()) + list(self.vs_finite_differences.values()) + [0.0])
+
+    def ok(self, tol: float = 1e-6) -> bool:
+        return self.max_error <= tol
+
+    def __str__(self):
+        rows = [f"  {k}: vs derived {self.vs_derived[k]:.3g}, vs finite differences "
+                f"{self.vs_finite_differences[k]:.3g}" for k in self.vs_derived]
+        return "backward part discrepancies (largest per slot):\n" + "\n".join(rows)
+
+
+def _slots(x, prefix):
+    """Flatten a pytree to {slot name: array}, naming leaves by their path."""
+    leaves = jax.tree_util.tree_flatten_with_path(x)[0]
+    return {prefix + jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+
+
+def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | None = None) -> BackwardReport:
+    """Compare `lens.backward` with JAX's derivation and with central finite differences.
+
+    With `tol`, raise AssertionError (with the report) when a discrepancy exceeds it.
+    """
+    b_cov = unwrap(b_cov)
+    da, dp = lens.backward(a, p, b_cov)
+    ref_a, ref_p = derived(lens).backward(a, p, b_cov)
+    got = {**_slots(da.value, "a"), **_slots(dp.value, "p")}
+    ref = {**_slots(ref_a.value, "a"), **_slots(ref_p.value, "p")}
+
+    space = lens.dom * lens.param
+
+    def score(w):
+        return pairing(b_cov, lens.forward(*w))
+
+    w0 = (a, p)
+    flat = flatten_value(w0, space.tangent)
+    fd = []
+    for i in range(flat.shape[0]):
+        e = jnp.zeros_like(flat).at[i].set(eps)
+        up = unflatten_value(flat + e, space.tangent)
+        down = unflatten_value(flat - e, space.tangent)
+        fd.append((score(up) - score(down)) / (2 * eps))
+    fd = unflatten_value(jnp.asarray(fd, dtype=flat.dtype).reshape(-1), space.tangent)
+    fdd = {**_slots(fd[0], "a"), **_slots(fd[1], "p")}
+
+    report = BackwardReport()
+    for k in ref:
+        g = np.asarray(got.get(k, np.nan))
+        report.vs_derived[k] = float(np.max(np.abs(g - np.asarray(ref[k])), initial=0.0)) if g.shape == np.shape(ref[k]) else float("inf")
+        report.vs_finite_differences[k] = float(np.max(np.abs(g - np.asarray(fdd[k])), initial=0.0)) if g.shape == np.shape(fdd[k]) else float("inf")
+    if tol is not None and not report.ok(tol):
+        raise AssertionError(f"{lens.name}: {report}")
+    return report
+
+
+def largest_slope(p_cov):
+    """max |p'_i| over the parameterised slots; None when no slot has parameters (no movement)."""
+    leaves = jax.tree_util.tree_leaves(unwrap(p_cov))
+    if not leaves:
+        return None
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves if leaf.size] or [jnp.asarray(0.0)]))
+
+
+def describe_slope(p_cov) -> str:
+    s = largest_slope(p_cov)
+    return "no movement: no slot has parameters" if s is None else f"largest slope {float(s):.3g}"
+
+
+# -- the composition rule as a composite of smooth maps ---------------------------------------
+
+def _path(space: Space, path: str) -> Smooth:
+    """The composite of projections picking the factor at `path` (a string of 0/1 digits)."""
+    m = identity(space)
+    for d in path:
+        m = m >> projection(m.cod, int(d))
+    return m
+
+
+def shuffle(space: Space, pattern) -> Smooth:
+    """A structural map built from pairings of projections: `pattern` is a path or a pair of patterns."""
+    if isinstance(pattern, str):
+        return _path(space, pattern)
+    left, right = pattern
+    return pair(shuffle(space, left), shuffle(space, right))
+
+
+def _fwd(f: ParaLens) -> Smooth:
+    return Smooth(f.dom * f.param, f.cod, lambda ap: f.forward(ap[0], ap[1]), f.name, check=False)
+
+
+def _bwd(f: ParaLens) -> Smooth:
+    def back(ap_b):
+        (a, p), b = ap_b
+        da, dp = f.backward(a, p, b)
+        return (da.value, dp.value)
+
+    return Smooth((f.dom * f.param) * f.cod.tangent, f.dom.tangent * f.param.tangent, back,
+                  f"{f.name}'", check=False)
+
+
+@dataclass
+class CompositionRule:
+    """K : (A × (P × Q)) × C* → C × (A* × (P* × Q*)), (x, c') ↦ (h(x), h'(x, c')) for h = f ≫ g."""
+
+    morphism: Smooth
+    copies: dict
+
+
+def composition_rule(f: ParaLens, g: ParaLens) -> CompositionRule:
+    check_composable(f, g)
+    A, P, B, Q, C = f.dom, f.param, f.cod, g.param, g.cod
+    F, F_, G, G_ = _fwd(f), _bwd(f), _fwd(g), _bwd(g)
+    one = identity
+    AP, BQ = A * P, B * Q
+    x = (A * (P * Q)) * C.tangent
+    k = shuffle(x, (("00", "010"), ("011", "1")))                      # ((a,p), (q, c'))
+    k = k >> (diagonal(AP) * one(Q * C.tangent))                       # copy (a, p)
+    k = k >> ((F * one(AP)) * one(Q * C.tangent))                      # (b, (a,p)), (q, c')
+    k = k >> shuffle(k.cod, (("00", "10"), ("01", "11")))              # ((b,q), ((a,p), c'))
+    k = k >> (diagonal(BQ) * one(AP * C.tangent))                      # copy (f(a,p), q)
+    k = k >> shuffle(k.cod, ("00", ("10", ("01", "11"))))              # (b,q), ((a,p), ((b,q), c'))
+    k = k >> (G * (one(AP) * G_))                                      # c, ((a,p), (b', q'))
+    k = k >> shuffle(k.cod, ("0", (("10", "110"), "111")))             # c, (((a,p), b'), q')
+    k = k >> (one(C) * (F_ * one(Q.tangent)))                          # c, ((a', p'), q')
+    k = k >> shuffle(k.cod, ("0", ("100", ("101", "11"))))             # c, (a', (p', q'))
+    k.name = f"composition rule of {f.name} ≫ {g.name}"
+    return CompositionRule(k, {"(a, p)": 2, "(f(a, p), q)": 2})
+
+
+__all__ = ["check_backward", "BackwardReport", "largest_slope", "describe_slope",
+           "composition_rule", "CompositionRule", "shuffle"]

@@ -1,0 +1,69 @@
+"""Lenses in the ambient category: (get : A → B, put : A × B* → A*).
+
+Composition (f, f') ≫ (g, g') = (f ≫ g, (a, c') ↦ f'(a, g'(f(a), c'))): the second backward
+part runs first, at the forward value f(a). `lens_of(f) = (f, R[f])` is the functor from
+smooth maps to lenses given by the reverse derivative. Values here are raw pytrees (the
+ambient category's points); `ParaLens` wraps its results as `Covector`s.
+"""
+
+from __future__ import annotations
+
+from categories import Smooth, Space, reverse_derivative
+from categories.para import check_composable
+
+
+class Lens:
+    """A lens A → B: get : A → B and put : A × B* → A*, with put(a, b') = a'."""
+
+    def __init__(self, dom: Space, cod: Space, get, put, name: str | None = None):
+        self.dom, self.cod, self.get, self.put = dom, cod, get, put
+        self.name = name or "lens"
+
+    def __rshift__(self, other: "Lens") -> "Lens":
+        check_composable(self, other)
+        f, fp, g, gp = self.get, self.put, other.get, other.put
+        return Lens(self.dom, other.cod, lambda a: g(f(a)),
+                    lambda a, c: fp(a, gp(f(a), c)), f"{self.name} ≫ {other.name}")
+
+    def __matmul__(self, other: "Lens") -> "Lens":
+        """The product lens A × C → B × D."""
+        f, fp, g, gp = self.get, self.put, other.get, other.put
+        return Lens(self.dom * other.dom, self.cod * other.cod,
+                    lambda ac: (f(ac[0]), g(ac[1])),
+                    lambda ac, bd: (fp(ac[0], bd[0]), gp(ac[1], bd[1])),
+                    f"({self.name} ⊗ {other.name})")
+
+    def get_map(self) -> Smooth:
+        return Smooth(self.dom, self.cod, self.get, f"get {self.name}", check=False)
+
+    def put_map(self) -> Smooth:
+        return Smooth(self.dom * self.cod.tangent, self.dom.tangent,
+                      lambda ab: self.put(ab[0], ab[1]), f"put {self.name}", check=False)
+
+    def __repr__(self) -> str:
+        return f"{self.name} : {self.dom!r} ⇄ {self.cod!r}"
+
+
+def lens_identity(A: Space) -> Lens:
+    return Lens(A, A, lambda a: a, lambda a, b: b, "id")
+
+
+def lens_of(f: Smooth) -> Lens:
+    """The lens (f, R[f]) of a smooth map: the functor Smooth → Lens."""
+    rf = reverse_derivative(f).fn
+    return Lens(f.dom, f.cod, f.fn, lambda a, b: rf((a, b)), f.name)
+
+
+def as_lens(para_lens) -> Lens:
+    """A parameterised lens (P, f, f') as a plain lens A × P ⇄ B (the parameters become input)."""
+    fwd, back = para_lens.forward, para_lens.backward
+
+    def put(ap, b):
+        da, dp = back(ap[0], ap[1], b)
+        return (da.value, dp.value)
+
+    return Lens(para_lens.dom * para_lens.param, para_lens.cod,
+                lambda ap: fwd(ap[0], ap[1]), put, para_lens.name)
+
+
+__all__ = ["Lens", "lens_identity", "lens_of", "as_lens"]

@@ -1,0 +1,31 @@
+"""Explicit structure: copying, discarding and adding values, as parameterless lenses.
+
+The cartesian setting copies for free (the diagonal); here each copy is a morphism one can
+see. The backward part of a copy adds the two incoming covectors, that of `add` copies its
+covector, that of `discard` gives zero: each is derived by JAX from the forward part, and
+the tests check that the derived one is exactly this.
+"""
+
+from __future__ import annotations
+
+from categories import R, Space
+
+from .para_lens import ParaLens, uses
+
+
+def copy(A: Space) -> ParaLens:
+    """Δ_A : A → A × A, no parameters (R^0); backward: (a'₁, a'₂) ↦ a'₁ + a'₂."""
+    return ParaLens(A, A * A, R(0), lambda a, p: (a, a), name="copy")
+
+
+def discard(A: Space) -> ParaLens:
+    """!_A : A → R^0, no parameters; backward: the zero covector on A."""
+    return ParaLens(A, R(0), R(0), lambda a, p: None, name="discard")
+
+
+def add(A: Space) -> ParaLens:
+    """+ : A × A → A, no parameters; backward: a' ↦ (a', a')."""
+    return ParaLens(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add")
+
+
+__all__ = ["copy", "discard", "add", "uses"]
