@@ -9,3 +9,4 @@ from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, so
 from .para_lens import (Batched, Checkpointed, Parallel, ParaChain, ParaLens, Polymorphic, Reparam,
                         batched, checkpoint, derived, n_params, tie, uses)
 from .structure import add, copy, discard
+from .metrics import Constant, Context, Diagonal, Euclidean, Metric

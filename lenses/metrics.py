@@ -1,0 +1,140 @@
+"""Inner products on parameter objects and their sharp maps.
+
+A covector p' ∈ T*_pP is not a point of P; a chosen inner product g_p on T_pP turns it into the
+unique vector representing it, (p')♯, with g_p((p')♯, v) = p'(v) for all v. The flat map is
+the inverse, v ↦ g_p(v, −). With the Euclidean inner product the choice is invisible
+(theory: "The Loss Closes the Loop").
+
+Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)` and `inner(p, u, v, ctx)`. `ctx` is a
+`Context` (model, loss family, batch) for metrics that depend on the data (Fisher, Gauss–Newton);
+the constant ones ignore it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from categories import Covector, Space, Vector
+from categories.linear import pairing, unwrap
+
+tree_map = jax.tree_util.tree_map
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a data-dependent metric may look at: the model, the loss family and the batch."""
+
+    model: Any
+    loss: Callable | None = None
+    x: Any = None
+    y: Any = None
+    reduction: str = "mean"
+
+
+class Metric:
+    """An inner product g_p on the tangent spaces of a parameter object (abstract)."""
+
+    def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
+        raise NotImplementedError
+
+    def flat(self, p, vec, ctx: Context | None = None) -> Covector:
+        raise NotImplementedError
+
+    def inner(self, p, u, v, ctx: Context | None = None):
+        """g_p(u, v) = ⟨u♭, v⟩."""
+        return pairing(unwrap(self.flat(p, u, ctx)), unwrap(v))
+
+    def __repr__(self):
+        return type(self).__name__ + "()"
+
+
+def _space_of(x, default=None):
+    return getattr(x, "space", default)
+
+
+class Euclidean(Metric):
+    """g(u, v) = Σ u_i v_i: sharp and flat are the identity on components."""
+
+    def sharp(self, p, cov, ctx=None):
+        return Vector(unwrap(cov), _space_of(cov))
+
+    def flat(self, p, vec, ctx=None):
+        return Covector(unwrap(vec), _space_of(vec))
+
+
+class Diagonal(Metric):
+    """g(u, v) = Σ w_i u_i v_i with positive weights `w` (a pytree shaped like the parameter
+    point, or a scalar; None for R^0 slots)."""
+
+    def __init__(self, weights):
+        leaves = jax.tree_util.tree_leaves(weights)
+        if any(bool(jnp.any(jnp.asarray(w) <= 0)) for w in leaves if not isinstance(w, jax.core.Tracer)):
+            raise ValueError("Diagonal metric weights must be positive")
+        self.weights = weights
+
+    def _apply(self, x, op):
+        w = self.weights
+        if not jax.tree_util.tree_leaves(x):
+            return x
+        if isinstance(w, (int, float)) or (hasattr(w, "ndim") and w.ndim == 0):
+            return tree_map(lambda a: op(a, w), x)
+        return tree_map(op, x, w)
+
+    def sharp(self, p, cov, ctx=None):
+        return Vector(self._apply(unwrap(cov), lambda a, w: a / w), _space_of(cov))
+
+    def flat(self, p, vec, ctx=None):
+        return Covector(self._apply(unwrap(vec), lambda a, w: a * w), _space_of(vec))
+
+
+class Constant(Metric):
+    """g(u, v) = uᵀ G v for a fixed symmetric positive-definite G on the flattened parameter
+    object (`space` given) or on one slot (`slot=i` of a product parameter point).
+    The sharp map solves G x = p' by Cholesky; G is never inverted."""
+
+    def __init__(self, G, space: Space | None = None, slot: int | None = None):
+        G = jnp.asarray(G)
+        if G.ndim != 2 or G.shape[0] != G.shape[1]:
+            raise ValueError(f"Constant metric needs a square matrix, got shape {G.shape}")
+        self.G, self.space, self.slot = G, space, slot
+        self.L = jnp.linalg.cholesky(G)
+        if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
+            raise ValueError("Constant metric needs a positive-definite matrix (Cholesky failed)")
+
+    def _map(self, x, f):
+        if self.slot is None:
+            return unflatten_like(f(ravel(x)), x)
+        parts = list(x)
+        parts[self.slot] = unflatten_like(f(ravel(parts[self.slot])), parts[self.slot])
+        return tuple(parts)
+
+    def sharp(self, p, cov, ctx=None):
+        solve = lambda g: jax.scipy.linalg.cho_solve((self.L, True), g)  # noqa: E731
+        return Vector(self._map(unwrap(cov), solve), _space_of(cov))
+
+    def flat(self, p, vec, ctx=None):
+        return Covector(self._map(unwrap(vec), lambda v: self.G @ v), _space_of(vec))
+
+
+def ravel(x):
+    """A pytree's leaves as one flat vector (empty for None)."""
+    leaves = jax.tree_util.tree_leaves(x)
+    return jnp.concatenate([jnp.ravel(a) for a in leaves]) if leaves else jnp.zeros((0,))
+
+
+def unflatten_like(flat, like):
+    """Reshape a flat vector into the pytree structure of `like`."""
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    out, i = [], 0
+    for leaf in leaves:
+        n = jnp.size(leaf)
+        out.append(jnp.reshape(flat[i:i + n], jnp.shape(leaf)))
+        i += n
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like"]
