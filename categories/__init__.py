@@ -18,3 +18,13 @@ __all__ = [
     "constant", "scale",
     "DomainError", "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
 ]
+
+
+def __getattr__(name):
+    # `categories.laws` and `categories.strategies` load on first use: the strategies need
+    # hypothesis, a test extra, which importing `categories` must not require.
+    if name in ("laws", "strategies"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

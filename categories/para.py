@@ -129,13 +129,22 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
                 "tied slots must have the same parameter object"
             )
     keep = [i for i in range(len(P.factors)) if i not in slots[1:]]
-    Q = Product(*(P.factors[i] for i in keep))
     where = {i: k for k, i in enumerate(keep)}
+    if len(keep) == 1:  # every slot tied: Q is the shared object itself, r the diagonal
+        Q = shared
 
-    def r(q):
-        return tuple(q[where[slots[0]]] if i in slots else q[where[i]] for i in range(len(P.factors)))
+        def r(q):
+            return tuple(q for _ in P.factors)
+    else:
+        Q = Product(*(P.factors[i] for i in keep))
 
-    return Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
+        def r(q):
+            return tuple(q[where[slots[0]]] if i in slots else q[where[i]]
+                         for i in range(len(P.factors)))
+
+    r = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
+    r.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
+    return r
 
 
 def tie(f: Para, slots: Sequence[int]) -> Para:
@@ -143,44 +152,42 @@ def tie(f: Para, slots: Sequence[int]) -> Para:
     return f.reparam(tying_map(f.param, slots))
 
 
+def one_slot(r: Smooth) -> bool:
+    """Is the domain Q of the reparameterisation r one parameter slot (rather than a product of slots)?"""
+    return getattr(r, "one_slot", not isinstance(r.dom, Product))
+
+
 def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
     """How many times each slot of Q is used by (Q, f ∘ (1 × r)) when f uses P's slots `inner_uses` times.
 
     A slot of Q reaches the slots of P that move when it moves (read off a JVP of r in a
-    random direction, so that it holds for any smooth r, not only for tying maps).
+    random tangent direction, so that it holds for any smooth r, not only for tying maps).
     """
     Q, P = r.dom, r.cod
-    q_factors = Q.factors if isinstance(Q, Product) else (Q,)
     key = jax.random.PRNGKey(seed)
     q0 = Q.sample_interior(key)
+    single = one_slot(r)
+    q_factors = (Q,) if single else Q.factors
     counts = []
     for i, F in enumerate(q_factors):
-        tangent = Q.tangent.zeros()
-        if isinstance(Q, Product):
-            tangent = list(tangent)
-            tangent[i] = F.sample_interior(jax.random.fold_in(key, i + 1)) if not F.is_terminal else None
-            tangent = tuple(tangent)
-        else:
-            tangent = F.tangent.sample_interior(jax.random.fold_in(key, i + 1))
-        if F.is_terminal:
+        if F.size == 0:
             counts.append(0)
             continue
+        direction = F.tangent.sample_interior(jax.random.fold_in(key, i + 1))
+        if single:
+            tangent = direction
+        else:
+            tangent = list(Q.tangent.zeros())
+            tangent[i] = direction
+            tangent = tuple(tangent)
         out = jax.jvp(r.fn, (q0,), (tangent,))[1]
         outs = out if isinstance(P, Product) else (out,)
-        n = 0
-        for j, o in enumerate(outs):
-            leaves = jax.tree_util.tree_leaves(o)
-            if leaves and any(bool(jnp.any(leaf != 0)) for leaf in leaves):
-                n += inner_uses[j]
-        counts.append(n)
+        counts.append(sum(inner_uses[j] for j, o in enumerate(outs)
+                          if any(bool(jnp.any(leaf != 0)) for leaf in jax.tree_util.tree_leaves(o))))
     return tuple(counts)
-
-
-def flat_slots(P: Space) -> int:
-    return len(P.factors) if isinstance(P, Product) else 1
 
 
 __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tying_map", "tie", "slot_uses",
-    "check_composable", "chain_parts",
+    "check_composable", "chain_parts", "one_slot",
 ]

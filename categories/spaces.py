@@ -117,10 +117,12 @@ class Space:
                 i = int(np.argmin(flat))
                 idx = np.unravel_index(i, self.shape) if self.shape else ()
                 value = np.asarray(x).reshape(-1)[i] if self.shape else np.asarray(x)
+                shown = np.asarray(x)
+                point = f": {np.array2string(shown, precision=6)}" if shown.size <= 12 else ""
                 raise DomainError(
                     f"{what} lies outside {self!r}: coordinate {tuple(int(k) for k in idx)} "
-                    f"= {float(value)!r} is outside by {float(-flat[i])!r} "
-                    f"(point of shape {tuple(self.shape)})"
+                    f"= {float(value)!r} is outside by {0.0 - float(flat[i])!r} "
+                    f"(point of shape {tuple(self.shape)}{point})"
                 )
         return x
 

@@ -11,6 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from categories import R, Space
@@ -48,7 +49,9 @@ def _elementwise(name: str, g, smooth=True) -> Polymorphic:
     def make(A: Space) -> ParaLens:
         return ParaLens(A, A, R(0), lambda x, p: g(x), name=name, smooth=smooth)
 
-    return Polymorphic(make, name, shape_preserving=True)
+    family = Polymorphic(make, name, shape_preserving=True)
+    family.smooth = smooth  # the family is as smooth as its members (`relu.smooth` is False)
+    return family
 
 
 identity = _elementwise("id", lambda x: x)
@@ -111,7 +114,9 @@ def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
     pad = padding if isinstance(padding, str) else [(0, 0)] + _padding(padding, window)
 
     def fwd(x, p):
-        y = lax.reduce_window(x, jnp.asarray(init_value, x.dtype), reducer, (1,) + window,
+        # A concrete (numpy) initial value lets JAX recognise the max/add monoid and use its
+        # differentiable reduce_window_max/sum; a jnp value is traced and has no derivative.
+        y = lax.reduce_window(x, np.array(init_value, x.dtype), reducer, (1,) + window,
                               (1,) + stride, pad)
         return y * scale(window)
 
@@ -122,7 +127,9 @@ def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
         return ParaLens(A, R(*out.shape), R(0), fwd, name=f"{name}({window[0]}×{window[1]})",
                         smooth=smooth)
 
-    return Polymorphic(make, f"{name}({window[0]}×{window[1]})")
+    family = Polymorphic(make, f"{name}({window[0]}×{window[1]})")
+    family.smooth = smooth  # max_pool's family is not smooth, like its members
+    return family
 
 
 def max_pool(window, stride=None, padding="VALID") -> Polymorphic:

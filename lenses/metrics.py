@@ -6,8 +6,8 @@ the inverse, v ↦ g_p(v, −). With the Euclidean inner product the choice is i
 (theory: "The Loss Closes the Loop").
 
 Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)` and `inner(p, u, v, ctx)`. `ctx` is a
-`Context` (model, loss family, batch) for metrics that depend on the data (Fisher, Gauss–Newton);
-the constant ones ignore it.
+`Context` (model, loss family, batch) for metrics that depend on the data (`GaussNewton`,
+`Fisher`, `KFAC`, defined in `natural.py` and re-exported here); the constant ones ignore it.
 """
 
 from __future__ import annotations
@@ -138,3 +138,8 @@ def unflatten_like(flat, like):
 
 
 __all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like"]
+
+# The data-dependent metrics build on the names above, so they are imported last.
+from .natural import KFAC, Fisher, GaussNewton, output_fisher  # noqa: E402
+
+__all__ += ["GaussNewton", "Fisher", "KFAC", "output_fisher"]

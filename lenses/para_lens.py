@@ -17,14 +17,16 @@ covectors landing on one parameter object are added).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from categories import Covector, Product, R, Smooth, Space
 from categories.linear import unwrap
-from categories.para import chain_param, check_composable, slot_uses, tying_map
+from categories.para import chain_param, check_composable, one_slot, slot_uses, tying_map
 
 tree_map = jax.tree_util.tree_map
 
@@ -95,6 +97,13 @@ class ParaLens:
     def parts(self) -> tuple:
         return (self,)
 
+    @property
+    def _derives(self) -> bool:
+        """True when this lens's backward part is the one JAX derives from `_apply` (no
+        hand-written backward part and no rule of its own, such as recomputation, anywhere
+        inside), so that a run of such lenses may be handed to `jax.vjp` as one composite."""
+        return self._backward is None and type(self)._vjp is ParaLens._vjp
+
     def _vjp(self, a, p, batched: bool):
         f = jax.vmap(self._forward, (0, None)) if batched else self._forward
         if self._backward is None:
@@ -115,14 +124,20 @@ class ParaLens:
         return (jax.vmap(self._forward, (0, None)) if batched else self._forward)(a, p)
 
     # -- public evaluation -------------------------------------------------------------------
+    def _check_point(self, a, p):
+        self.dom.check(a, f"the input of {self.name}")
+        self.param.check(p, f"the parameter of {self.name}")
+
     def forward(self, a, p):
         """f(a, p) for one example."""
+        self._check_point(a, p)
         return self._apply(a, p, False)
 
     __call__ = forward
 
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, using the stored forward values."""
+        self._check_point(a, p)
         b, pull = self._vjp(a, p, False)
         return b, self._wrap(pull)
 
@@ -201,16 +216,47 @@ class ParaChain(ParaLens):
             a = part._apply(a, p, batched)
         return a
 
+    @property
+    def _derives(self):
+        return all(part._derives for part in self._parts)
+
+    @property
+    def _runs(self):
+        """The components cut into maximal runs [lo, hi) of lenses whose backward parts JAX
+        derives (a lens with its own backward part is a run of one)."""
+        if self.__dict__.get("_runs_cache") is None:
+            runs, lo = [], 0
+            for i, part in enumerate(self._parts):
+                if not part._derives:
+                    if lo < i:
+                        runs.append((lo, i))
+                    runs.append((i, i + 1))
+                    lo = i + 1
+            if lo < len(self._parts):
+                runs.append((lo, len(self._parts)))
+            self._runs_cache = tuple(runs)
+        return self._runs_cache
+
     def _vjp(self, a, ps, batched):
+        # A run of derived components goes to JAX as one composite: its reverse mode applies
+        # this same rule (pullbacks in reverse order at the kept forward values), and the run
+        # is traced once, not once per component (one trace, one vmap, one linearisation).
         pulls = []
-        for part, p in zip(self._parts, ps):  # forward: each component once, values kept
-            a, pull = part._vjp(a, p, batched)
+        for lo, hi in self._runs:  # forward: each component once, values kept
+            if hi - lo == 1:
+                a, pull = self._parts[lo]._vjp(a, ps[lo], batched)
+            else:
+                run = _run_of(self._parts[lo:hi])
+                a, pull = jax.vjp(jax.vmap(run, (0, None)) if batched else run, a, tuple(ps[lo:hi]))
             pulls.append(pull)
 
         def pullback(c):  # backward: reverse order, at the kept values
-            dps = [None] * len(pulls)
-            for i in range(len(pulls) - 1, -1, -1):
-                c, dps[i] = pulls[i](c)
+            dps = [None] * len(self._parts)
+            for (lo, hi), pull in zip(reversed(self._runs), reversed(pulls)):
+                if hi - lo == 1:
+                    c, dps[lo] = pull(c)
+                else:
+                    c, dps[lo:hi] = pull(c)
             return c, tuple(dps)
 
         return a, pullback
@@ -218,6 +264,16 @@ class ParaChain(ParaLens):
     def init(self, key):
         keys = jax.random.split(key, len(self._parts))
         return tuple(part.init(k) for part, k in zip(self._parts, keys))
+
+
+def _run_of(parts):
+    """The per-example forward part of the composite of `parts`."""
+    def run(a, ps):
+        for part, p in zip(parts, ps):
+            a = part._apply(a, p, False)
+        return a
+
+    return run
 
 
 class Parallel(ParaLens):
@@ -238,6 +294,10 @@ class Parallel(ParaLens):
 
     def _apply(self, ac, pq, batched):
         return (self.f._apply(ac[0], pq[0], batched), self.g._apply(ac[1], pq[1], batched))
+
+    @property
+    def _derives(self):
+        return self.f._derives and self.g._derives
 
     def _vjp(self, ac, pq, batched):
         b, pf = self.f._vjp(ac[0], pq[0], batched)
@@ -276,6 +336,10 @@ class Reparam(ParaLens):
     def _apply(self, a, q, batched):
         return self.lens._apply(a, self.r.fn(q), batched)
 
+    @property
+    def _derives(self):
+        return self.lens._derives
+
     def _vjp(self, a, q, batched):
         p, r_pull = jax.vjp(self.r.fn, q)
         b, pull = self.lens._vjp(a, p, batched)
@@ -312,7 +376,7 @@ def uses(lens: ParaLens):
         inner = uses(lens.lens)
         inner = inner if isinstance(lens.r.cod, Product) else (inner,)
         counts = slot_uses(lens.r, [_total(u) for u in inner])
-        return counts if isinstance(lens.r.dom, Product) else counts[0]
+        return counts[0] if one_slot(lens.r) else counts
     return 0 if lens.param.size == 0 else 1
 
 
@@ -320,14 +384,70 @@ def _total(u) -> int:
     return max(jax.tree_util.tree_leaves(u), default=0) if isinstance(u, tuple) else u
 
 
+def _always_true():
+    """A true predicate that XLA cannot evaluate at compile time (a draw u ∈ [0, 1) and u < 2).
+
+    XLA's CPU pipeline drops optimisation barriers before common-subexpression elimination, so
+    a recomputation in the same computation as the forward pass is merged back into it and
+    nothing is saved (`jax.checkpoint` itself saves nothing there). A branch of a conditional
+    is a computation of its own, out of CSE's reach; this predicate keeps the branch taken.
+    """
+    return lax.rng_uniform(jnp.float32(0), jnp.float32(1), ()) < 2
+
+
+def _recomputing_vjp(inner: ParaLens, a, p, batched: bool, policy=None):
+    """The recompute rule for one lens: keep (a, p) only; run inner's own forward and backward
+    parts again (hand-written ones included) when the covector arrives."""
+    if policy is not None:  # JAX's remat decides what is kept (its derivation of the forward)
+        return jax.vjp(jax.checkpoint(lambda a, p: inner._apply(a, p, batched), policy=policy), a, p)
+
+    @jax.custom_vjp
+    def f(a, p):
+        return inner._apply(a, p, batched)
+
+    def f_fwd(a, p):
+        return inner._apply(a, p, batched), (a, p)
+
+    def f_bwd(res, bc):
+        def again(args):
+            a, p, bc = args
+            return inner._vjp(a, p, batched)[1](bc)
+
+        def never(args):  # not taken; it only gives the conditional its second branch
+            return tree_map(jnp.zeros_like, args[:2])
+
+        return lax.cond(_always_true(), again, never, (*res, bc))
+
+    f.defvjp(f_fwd, f_bwd)
+    return jax.vjp(f, a, p)
+
+
 class Checkpointed(ParaLens):
     """The recompute rule: same values and covectors, but the backward pass recomputes the
-    forward values from (a, p) instead of keeping them (`jax.checkpoint`)."""
+    forward values from (a, p) instead of keeping them.
 
-    def __init__(self, lens: ParaLens, policy=None):
+    With `segments=k` a chain is cut into k consecutive runs of components, each recomputed
+    on its own: the forward pass keeps only the k values entering the runs, and the backward
+    pass holds the intermediates of one run at a time (k ≈ √n gives memory ∝ √n for n
+    components, at the price of one more forward evaluation). The parameter point is the
+    lens's own, one slot per component."""
+
+    def __init__(self, lens: ParaLens, policy=None, segments=None):
         self.lens, self.policy = lens, policy
-        ParaLens.__init__(self, lens.dom, lens.cod, lens.param, self._run,
-                          name=f"checkpoint({lens.name})", check=False)
+        n = len(lens.parts) if isinstance(lens, ParaChain) else 1
+        if segments is None:
+            k = 1
+        elif segments == "sqrt":
+            k = max(1, round(math.sqrt(n)))
+        elif isinstance(segments, int) and segments >= 1:
+            k = min(segments, n)
+        else:
+            raise ValueError(f"segments must be a positive integer or 'sqrt', got {segments!r}")
+        self.segments = tuple((n * i // k, n * (i + 1) // k) for i in range(k))
+        self._pieces = (lens,) if k == 1 else tuple(
+            ParaChain(lens.parts[lo:hi]) if hi - lo > 1 else lens.parts[lo] for lo, hi in self.segments)
+        name = f"checkpoint({lens.name})" if segments is None else f"checkpoint({lens.name}, segments={k})"
+        ParaLens.__init__(self, lens.dom, lens.cod, lens.param, self._run, name=name, check=False)
         self.smooth = lens.smooth
 
     def _run(self, a, p):
@@ -337,27 +457,25 @@ class Checkpointed(ParaLens):
         return self.lens._apply(a, p, batched)
 
     def _vjp(self, a, p, batched):
-        inner = self.lens
+        if len(self._pieces) == 1:
+            return _recomputing_vjp(self.lens, a, p, batched, self.policy)
+        pulls = []
+        for (lo, hi), piece in zip(self.segments, self._pieces):
+            a, pull = _recomputing_vjp(piece, a, tuple(p[lo:hi]) if hi - lo > 1 else p[lo],
+                                       batched, self.policy)
+            pulls.append(pull)
 
-        def run(a, p):
-            return inner._apply(a, p, batched)
+        def pullback(c):
+            dps = [None] * len(self.lens.parts)
+            for (lo, hi), pull in zip(reversed(self.segments), reversed(pulls)):
+                c, dp = pull(c)
+                if hi - lo > 1:
+                    dps[lo:hi] = dp
+                else:
+                    dps[lo] = dp
+            return c, tuple(dps)
 
-        # The inner lens's own pullbacks (hand-written ones included) are reused: the whole
-        # inner forward+backward is re-run inside a rematerialised region, keeping only (a, p).
-        @jax.custom_vjp
-        def f(a, p):
-            return run(a, p)
-
-        def f_fwd(a, p):
-            return run(a, p), (a, p)
-
-        def f_bwd(res, bc):
-            a, p = res
-            return jax.checkpoint(lambda a, p, bc: inner._vjp(a, p, batched)[1](bc),
-                                  policy=self.policy)(a, p, bc)
-
-        f.defvjp(f_fwd, f_bwd)
-        return jax.vjp(f, a, p)
+        return a, pullback
 
     def init(self, key):
         return self.lens.init(key)
@@ -366,9 +484,10 @@ class Checkpointed(ParaLens):
         return self.lens.param_repr()
 
 
-def checkpoint(lens: ParaLens, policy=None) -> ParaLens:
-    """The recompute rule (gradient checkpointing) for `lens`."""
-    return Checkpointed(lens, policy)
+def checkpoint(lens: ParaLens, policy=None, segments=None) -> ParaLens:
+    """The recompute rule (gradient checkpointing) for `lens`; `segments=k` (or "sqrt") cuts a
+    chain into k runs recomputed one at a time."""
+    return Checkpointed(lens, policy, segments)
 
 
 class Polymorphic(ParaLens):
@@ -413,11 +532,13 @@ class Batched:
         self.lens = lens
 
     def forward(self, A, p):
+        self.lens.param.check(p, f"the parameter of {self.lens.name}")
         return self.lens._apply(A, p, True)
 
     __call__ = forward
 
     def vjp(self, A, p):
+        self.lens.param.check(p, f"the parameter of {self.lens.name}")
         b, pull = self.lens._vjp(A, p, True)
         return b, self.lens._wrap(pull)
 

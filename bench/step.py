@@ -1,0 +1,298 @@
+"""One full training step (forward, loss, backward, SGD update) of one MLP, five ways.
+
+  lens        the network as a lens expression, the step written with the public lens API
+              (batched(model).vjp, dL of the batch loss, p − η·sharp(p')), jax.jit-compiled
+  train_step  lenses.train_step(model, loss, gd(η)): the same step plus the library's fault
+              checks (finite covectors, new point inside P), which read one flag array back
+              to the host every step
+  jax         hand-written jax.value_and_grad + jax.jit
+  torch       PyTorch CPU eager (nn.Linear, torch.optim.SGD)
+  numpy       backpropagation written by hand in numpy
+
+All five start from the same seeded float32 parameters; before timing, the script checks
+that one step gives the same new parameters everywhere (relative 1e-5). Each configuration
+runs in fresh processes, the contestants interleaved within each; compile time (trace +
+XLA compile) is reported apart from step time.
+
+    .venv/bin/python bench/step.py                 # all configurations
+    .venv/bin/python bench/step.py --sizes 4-16-3 --losses se --repeats 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+CONFIGS = [("4-16-3", 32), ("64-128-10", 256), ("784-512-512-10", 256)]
+LOSSES = {"se": "squared error", "ce": "softmax cross-entropy"}
+LR = 0.05
+
+
+# -- the contestants ---------------------------------------------------------------------------
+
+def data(sizes, batch, loss, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    params = [(rng.standard_normal((o, i)).astype(np.float32) / np.sqrt(i),
+               (0.1 * rng.standard_normal(o)).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
+    X = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    if loss == "se":
+        Y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
+    else:
+        Y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    return params, X, Y
+
+
+def lens_model(sizes):
+    from lenses import dense, tanh
+    model = dense(sizes[0], sizes[1])
+    for n_in, n_out in zip(sizes[1:], sizes[2:]):
+        model = model >> tanh >> dense(n_in, n_out)
+    return model
+
+
+def lens_params(params):
+    """((W, b), None, (W, b), ...): one slot per component, None for tanh's R^0."""
+    import jax.numpy as jnp
+    slots = []
+    for k, (W, b) in enumerate(params):
+        if k:
+            slots.append(None)
+        slots.append((jnp.asarray(W), jnp.asarray(b)))
+    return tuple(slots)
+
+
+def loss_family(loss, classes):
+    import functools
+
+    from lenses import half_squared_error, softmax_cross_entropy
+    return half_squared_error if loss == "se" else functools.partial(softmax_cross_entropy, classes=classes)
+
+
+def lens_step(sizes, loss):
+    import jax
+
+    from lenses import Euclidean, batch_loss, batched, dL
+    model, family, metric = lens_model(sizes), loss_family(loss, sizes[-1]), Euclidean()
+
+    def step(p, X, Y):
+        out, pull = batched(model).vjp(X, p)
+        L = batch_loss(family, Y, reduction="mean")
+        _, p_cov = pull(dL(L, out))
+        return p - LR * metric.sharp(p, p_cov), L.fn(out)
+
+    return jax.jit(step)
+
+
+def jax_step(sizes, loss):
+    import jax
+    import jax.numpy as jnp
+
+    def forward(p, X):
+        h = X
+        for k, (W, b) in enumerate(p):
+            h = h @ W.T + b
+            if k < len(p) - 1:
+                h = jnp.tanh(h)
+        return h
+
+    def objective(p, X, Y):
+        z = forward(p, X)
+        if loss == "se":
+            return jnp.mean(0.5 * jnp.sum((z - Y) ** 2, axis=-1))
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), Y[:, None], axis=-1))
+
+    def step(p, X, Y):
+        value, g = jax.value_and_grad(objective)(p, X, Y)
+        return jax.tree_util.tree_map(lambda w, d: w - LR * d, p, g), value
+
+    return jax.jit(step)
+
+
+def torch_step(params, loss):
+    import torch
+    layers = []
+    for k, (W, b) in enumerate(params):
+        lin = torch.nn.Linear(W.shape[1], W.shape[0])
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(W))
+            lin.bias.copy_(torch.from_numpy(b))
+        layers.append(lin)
+        if k < len(params) - 1:
+            layers.append(torch.nn.Tanh())
+    net = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+
+    def step(X, Y):
+        opt.zero_grad(set_to_none=True)
+        z = net(X)
+        value = (0.5 * ((z - Y) ** 2).sum(dim=1).mean() if loss == "se"
+                 else torch.nn.functional.cross_entropy(z, Y))
+        value.backward()
+        opt.step()
+        return value
+
+    return net, step
+
+
+def numpy_step(loss):
+    import numpy as np
+
+    def step(p, X, Y):
+        hs = [X]  # forward: keep every layer's output
+        for k, (W, b) in enumerate(p):
+            z = hs[-1] @ W.T + b
+            hs.append(np.tanh(z) if k < len(p) - 1 else z)
+        z, n = hs[-1], X.shape[0]
+        if loss == "se":
+            value = 0.5 * np.sum((z - Y) ** 2) / n
+            dz = (z - Y) / n
+        else:
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            s = e / e.sum(axis=1, keepdims=True)
+            value = -np.mean(np.log(s[np.arange(n), Y]))
+            s[np.arange(n), Y] -= 1.0
+            dz = s / n
+        new = [None] * len(p)
+        for k in range(len(p) - 1, -1, -1):  # backward: reverse order, at the kept values
+            W, b = p[k]
+            new[k] = (W - LR * (dz.T @ hs[k]), b - LR * dz.sum(axis=0))
+            if k:
+                dz = (dz @ W) * (1.0 - hs[k] ** 2)
+        return new, value
+
+    return step
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+def worker(cfg):
+    import jax
+    import numpy as np
+    import torch
+
+    from lenses import gd, train_step
+
+    if os.environ.get("BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+
+    sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
+    params, X, Y = data(sizes, batch, loss)
+    compile_s = {}
+
+    # lens and jax: trace + compile measured apart from stepping (after a warm-up compile, so
+    # that the backend's one-time start-up is charged to neither)
+    jax.jit(lambda x: x + 1).lower(1.0).compile()
+    Xj, Yj = jax.numpy.asarray(X), jax.numpy.asarray(Y)
+    p_lens, p_jax = lens_params(params), [tuple(jax.numpy.asarray(a) for a in wb) for wb in params]
+    t = C.clock()
+    lens = lens_step(sizes, loss).lower(p_lens, Xj, Yj).compile()
+    compile_s["lens"] = C.clock() - t
+    t = C.clock()
+    jx = jax_step(sizes, loss).lower(p_jax, Xj, Yj).compile()
+    compile_s["jax"] = C.clock() - t
+    t = C.clock()
+    ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
+    state0 = ts.init(p_lens)
+    state1, _ = ts(state0, Xj, Yj)
+    compile_s["train_step"] = C.clock() - t
+
+    net, tstep = torch_step(params, loss)
+    Xt = torch.from_numpy(X)
+    Yt = torch.from_numpy(Y) if loss == "se" else torch.from_numpy(Y.astype(np.int64))
+    nstep = numpy_step(loss)
+
+    # one step everywhere from the same point: the same new parameters
+    ref, _ = nstep(params, X, Y)
+    got = {"lens": [w for w in lens(p_lens, Xj, Yj)[0] if w is not None],
+           "train_step": [w for w in state1.params if w is not None],
+           "jax": jx(p_jax, Xj, Yj)[0]}
+    tstep(Xt, Yt)
+    mods = [m for m in net if isinstance(m, torch.nn.Linear)]
+    got["torch"] = [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in mods]
+    errors = {}
+    for name, ps in got.items():
+        errors[name] = max(float(np.max(np.abs(np.asarray(a) - r)) / np.max(np.abs(r)))
+                           for wb, rwb in zip(ps, ref) for a, r in zip(wb, rwb))
+
+    # time: each contestant carries its own parameters forward step after step
+    box = {"lens": p_lens, "jax": p_jax, "train_step": state0, "numpy": params}
+
+    def run_lens():
+        box["lens"], v = lens(box["lens"], Xj, Yj)
+        v.block_until_ready()
+
+    def run_jax():
+        box["jax"], v = jx(box["jax"], Xj, Yj)
+        v.block_until_ready()
+
+    def run_train_step():
+        box["train_step"], _ = ts(box["train_step"], Xj, Yj)
+
+    def run_torch():
+        tstep(Xt, Yt)
+
+    def run_numpy():
+        box["numpy"], _ = nstep(box["numpy"], X, Y)
+
+    fns = {"lens": run_lens, "jax": run_jax, "train_step": run_train_step, "torch": run_torch,
+           "numpy": run_numpy}
+    times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
+    C.emit({"config": cfg, "times": times, "compile_s": compile_s, "errors": errors,
+            "torch_threads": torch.get_num_threads()})
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--sizes", nargs="*", default=[s for s, _ in CONFIGS],
+                    help="layer widths, e.g. 4-16-3 (batch sizes: 32, 256, 256 for the defaults)")
+    ap.add_argument("--batch", type=int, default=None, help="batch size for every --sizes given")
+    ap.add_argument("--losses", nargs="*", default=list(LOSSES), choices=list(LOSSES))
+    ap.add_argument("--target", type=float, default=0.15, help="seconds per timed repeat (default 0.15)")
+    C.add_common_args(ap, processes=2, repeats=5)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(json.loads(args.worker))
+    C.setup(args)
+
+    batches = dict(CONFIGS)
+    print(f"# bench/step.py — {C.machine(args)}")
+    print(f"# µs ({args.clock} time) per step: median [min–max] over {args.repeats} repeats × {args.processes} processes; "
+          "ratios: median of side-by-side pairs\n")
+    rows, failures = [], []
+    for sizes in args.sizes:
+        batch = args.batch or batches.get(sizes, 256)
+        for loss in args.losses:
+            cfg = {"sizes": sizes, "batch": batch, "loss": loss, "repeats": args.repeats,
+                   "target_s": args.target}
+            results = [C.run_worker(__file__, cfg, threads=args.threads) for _ in range(args.processes)]
+            times = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
+            comp = {k: [r["compile_s"][k] for r in results] for k in results[0]["compile_s"]}
+            err = max(max(r["errors"].values()) for r in results)
+            if err > 1e-5:
+                failures.append(f"{sizes} {loss}: parameters differ by {err:.2g} (relative)")
+            lj = C.med(C.paired_ratio(times["lens"], times["jax"]))
+            tj = C.med(C.paired_ratio(times["train_step"], times["jax"]))
+            lt = C.med(C.paired_ratio(times["lens"], times["torch"]))
+            rows.append([f"{sizes} b{batch}", LOSSES[loss]]
+                        + [C.summary(times[k], 1e6) for k in ("lens", "train_step", "jax", "torch", "numpy")]
+                        + [f"{lj:.3f}", f"{tj:.3f}", f"{lt:.2f}",
+                           f"{C.med(comp['lens']):.2f} / {C.med(comp['jax']):.2f}", f"{err:.1e}"])
+    print(C.table(["network", "loss", "lens µs", "train_step µs", "JAX µs", "torch µs", "numpy µs",
+                   "lens/JAX", "train_step/JAX", "lens/torch", "compile s lens / JAX",
+                   "max rel. diff after 1 step"], rows))
+    if failures:
+        print("\nPARAMETERS DISAGREE:\n" + "\n".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+"""Inner products that vary with the parameter point and the data (natural-gradient metrics).
+
+Each reads its data from `ctx = Context(model, loss, x, y, reduction)`: `model` a per-example
+ParaLens, `loss` a loss family (target ↦ Smooth C → R), `x`, `y` a batch. With n examples the
+scale is s = 1/n (`reduction="mean"`) or s = 1 (`"sum"`), matching the batch loss.
+
+- `GaussNewton`: G = s Σ_i J_iᵀ H_i J_i + λ I, J_i = ∂model(x_i, p)/∂p, H_i = ∂²L_{y_i}/∂z².
+- `Fisher`: the Fisher information of the predictive distribution p(y | x, θ) the loss defines
+  (Gaussian with unit variance for `half_squared_error`, categorical softmax(z) for
+  `softmax_cross_entropy`, Bernoulli σ(z) for `binary_cross_entropy`):
+  F = s Σ_i J_iᵀ F_out(z_i) J_i + λ I, with F_out the output-space Fisher in closed form (an
+  exact expectation, no sampling). `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the
+  per-example parameter covectors g_i.
+- `KFAC`: block diagonal over the dense layers of a chain, each block (G_l ⊗ A_l) + λ I.
+
+Sharp maps solve G x = p' and never invert G: by Cholesky on the dense matrix for parameter
+objects of dimension ≤ `dense_max` (`solver="auto"`), else by conjugate gradients with the
+matrix-free product v ↦ Jᵀ(H(J v)) (one `jax.linearize`, its transpose, and an output-space
+Hessian-vector product). Flat maps apply G matrix-free. Damping λ keeps G positive definite
+when the data do not: with λ = 0, G must have full rank (more outputs × examples than
+parameters) or the solve returns NaN (and, outside `jit`, raises). The softmax Fisher is never
+of full rank when the last layer has a bias: adding one number to every logit leaves the
+categorical distribution unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from categories import Covector, Product, Vector
+from categories.linear import unwrap
+
+from .losses import binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
+from .metrics import Context, Metric, ravel, unflatten_like
+from .para_lens import ParaChain, batched
+
+tree_map = jax.tree_util.tree_map
+
+
+# -- the data: scale and output-space curvature --------------------------------------------------
+
+def _data(ctx, who):
+    if ctx is None or ctx.model is None or ctx.loss is None or ctx.x is None or ctx.y is None:
+        raise TypeError(f"{who} depends on the model and the data: pass "
+                        "ctx=Context(model, loss_family, x, y, reduction)")
+    if ctx.reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {ctx.reduction!r}")
+    n = jax.tree_util.tree_leaves(ctx.x)[0].shape[0]
+    return n, (1.0 / n if ctx.reduction == "mean" else 1.0)
+
+
+def _base(family):
+    while isinstance(family, functools.partial):
+        family = family.func
+    return family
+
+
+def output_fisher(family):
+    """(z, v) ↦ F(z) v, the Fisher information of the distribution p(y | z) that the loss
+    family is the negative log-likelihood of, in the output z (a closed form per family)."""
+    base = _base(family)
+    if base is half_squared_error:  # N(z, I): F = I
+        return lambda z, v: v
+    if base is softmax_cross_entropy:  # Categorical(softmax z): F = diag π − π πᵀ
+        def categorical(z, v):
+            pi = jax.nn.softmax(z, axis=-1)
+            return pi * v - pi * jnp.sum(pi * v, axis=-1, keepdims=True)
+        return categorical
+    if base is binary_cross_entropy:  # independent Bernoulli(σ z): F = diag σ(1 − σ)
+        def bernoulli(z, v):
+            q = jax.nn.sigmoid(z)
+            return q * (1.0 - q) * v
+        return bernoulli
+    raise TypeError(f"no predictive distribution is known for the loss family {family!r}: "
+                    "Fisher knows half_squared_error, softmax_cross_entropy and "
+                    "binary_cross_entropy; pass output_fisher=(z, v) ↦ F(z) v for another")
+
+
+def _loss_hvp(family):
+    """(z, y, v) ↦ H v, the Hessian of the loss L_y in the output z applied to v."""
+    def hvp(z, y, v):
+        return jax.jvp(jax.grad(family(y).fn), (z,), (v,))[1]
+    return hvp
+
+
+def _out_matrix(hvp, z, y):
+    """The output-space curvature as an (m, m) matrix on the flattened output (m = z.size)."""
+    m = jnp.size(z)
+    cols = jax.vmap(lambda e: ravel(hvp(z, y, unflatten_like(e, z))))(jnp.eye(m, dtype=z.dtype))
+    return cols.T
+
+
+def _finite(tree):
+    """Whether every entry is finite; None for traced values."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if any(isinstance(a, jax.core.Tracer) for a in leaves):
+        return None
+    return all(bool(jnp.all(jnp.isfinite(a))) for a in leaves)
+
+
+def _space(cov, ctx):
+    return getattr(cov, "space", None) or (ctx.model.param if ctx is not None else None)
+
+
+class _DataMetric(Metric):
+    """A metric read off the model and the batch. `sharp`, `flat` and `matrix` run through one
+    compiled function per (method, model, loss family, reduction), with the parameter point,
+    the (co)vector and the batch as traced arguments: called eagerly they cost one compilation,
+    not the op-by-op evaluation of per-example Jacobians; inside a `jit` they inline."""
+
+    _MAX_COMPILED = 16
+
+    def _run(self, method, p, t, ctx):
+        _data(ctx, type(self).__name__)
+        cache = self.__dict__.setdefault("_compiled", {})
+        key = (method, ctx.model, ctx.loss, ctx.reduction)
+        if key not in cache:
+            impl, (model, loss, reduction) = getattr(self, method), key[1:]
+            if len(cache) >= self._MAX_COMPILED:
+                cache.pop(next(iter(cache)))
+            cache[key] = jax.jit(
+                lambda p, t, x, y: impl(p, t, Context(model, loss, x, y, reduction)))
+        return cache[key](p, t, ctx.x, ctx.y)
+
+    def sharp(self, p, cov, ctx=None):
+        g = unwrap(cov)
+        x = self._run("_sharp", p, g, ctx)
+        if _finite(g) is True and _finite(x) is False:  # concrete values only, not under jit
+            raise ValueError(f"{self!r} is not positive definite here (the solve failed): "
+                             "add damping, or use more examples than parameters")
+        return Vector(x, _space(cov, ctx))
+
+    def flat(self, p, vec, ctx=None):
+        return Covector(self._run("_flat", p, unwrap(vec), ctx), _space(vec, ctx))
+
+    def matrix(self, p, ctx):
+        """The metric's matrix in the coordinates of `ravel(p)`."""
+        return self._run("_matrix", p, None, ctx)
+
+
+# -- Gauss–Newton and Fisher ---------------------------------------------------------------------
+
+class GaussNewton(_DataMetric):
+    """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss."""
+
+    def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
+                 cg_tol: float = 1e-10, dense_max: int = 2000):
+        if damping < 0:
+            raise ValueError(f"damping must be ≥ 0, got {damping}")
+        if solver not in ("auto", "dense", "cg"):
+            raise ValueError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
+        self.damping, self.solver = float(damping), solver
+        self.cg_iters, self.cg_tol, self.dense_max = cg_iters, cg_tol, dense_max
+
+    # The curvature of the loss in the output: (z, y, v) ↦ H_y(z) v.
+    def _curvature(self, ctx):
+        return _loss_hvp(ctx.loss)
+
+    def _gram_matvec(self, p, ctx):
+        """v ↦ s Σ_i J_iᵀ H_i J_i v (undamped), matrix-free."""
+        _, s = _data(ctx, type(self).__name__)
+        hvp = jax.vmap(self._curvature(ctx))
+        model, X, Y = batched(ctx.model), ctx.x, ctx.y
+        Z, jvp = jax.linearize(lambda q: model.forward(X, q), p)  # forward once, reused by CG
+        vjp = jax.linear_transpose(jvp, p)
+
+        def mv(v):
+            (out,) = vjp(hvp(Z, Y, jvp(v)))
+            return tree_map(lambda a: s * a, out)
+
+        return mv
+
+    def _gram(self, p, ctx):
+        """s Σ_i J_iᵀ H_i J_i as a (d, d) matrix in `ravel(p)` coordinates (undamped)."""
+        _, s = _data(ctx, type(self).__name__)
+        curv = self._curvature(ctx)
+        model, theta = ctx.model, ravel(p)
+        out = lambda th, x: ravel(model.forward(x, unflatten_like(th, p)))  # noqa: E731
+        J = jax.vmap(jax.jacrev(out), (None, 0))(theta, ctx.x)  # (n, m, d)
+        Z = jax.vmap(lambda x: model.forward(x, p))(ctx.x)
+        H = jax.vmap(lambda z, y: _out_matrix(curv, z, y))(Z, ctx.y)  # (n, m, m)
+        return s * jnp.einsum("imd,imk,ike->de", J, H, J)
+
+    def _matrix(self, p, _, ctx):
+        G = self._gram(p, ctx)
+        return G + self.damping * jnp.eye(G.shape[0], dtype=G.dtype)
+
+    def _dense(self, p) -> bool:
+        return self.solver == "dense" or (self.solver == "auto" and ravel(p).size <= self.dense_max)
+
+    def _sharp(self, p, g, ctx):
+        if self._dense(p):
+            L = jnp.linalg.cholesky(self._matrix(p, None, ctx))
+            x = jax.scipy.linalg.cho_solve((L, True), ravel(g))
+        else:
+            mv, lam = self._gram_matvec(p, ctx), self.damping
+            A = lambda u: ravel(mv(unflatten_like(u, g))) + lam * u  # noqa: E731
+            x, _ = jax.scipy.sparse.linalg.cg(A, ravel(g), tol=self.cg_tol, maxiter=self.cg_iters)
+        return unflatten_like(x, g)
+
+    def _flat(self, p, v, ctx):
+        return tree_map(lambda a, b: a + self.damping * b, self._gram_matvec(p, ctx)(v), v)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(damping={self.damping}, solver={self.solver!r})"
+
+
+class Fisher(GaussNewton):
+    """g_p(u, v) = uᵀ (s Σ_i E_{y~p(·|x_i,p)}[∇log p ∇log pᵀ] + λ I) v: the Fisher information
+    of the model's predictive distribution (`empirical=True`: s Σ_i g_i g_iᵀ + λ I)."""
+
+    def __init__(self, damping: float = 1e-3, empirical: bool = False, output_fisher=None, **kw):
+        super().__init__(damping, **kw)
+        self.empirical, self._output_fisher = empirical, output_fisher
+
+    # E_y[∇_z log p ∇_z log pᵀ] = F_out(z) for the families' exponential-family distributions,
+    # so the exact Fisher is the Gauss–Newton form with F_out in place of the loss Hessian.
+    def _curvature(self, ctx):
+        F = self._output_fisher or output_fisher(ctx.loss)
+        return lambda z, y, v: F(z, v)
+
+    def _covectors(self, p, ctx):
+        """The per-example parameter covectors g_i, stacked as an (n, d) matrix."""
+        model, loss = ctx.model, ctx.loss
+
+        def one(x, y):
+            z, pull = model.vjp(x, p)
+            return ravel(unwrap(pull(dL(loss(y), z))[1]))
+
+        return jax.vmap(one)(ctx.x, ctx.y)
+
+    def _gram_matvec(self, p, ctx):
+        if not self.empirical:
+            return super()._gram_matvec(p, ctx)
+        _, s = _data(ctx, "Fisher")
+        Gs = self._covectors(p, ctx)
+        return lambda v: unflatten_like(s * (Gs.T @ (Gs @ ravel(v))), v)
+
+    def _gram(self, p, ctx):
+        if not self.empirical:
+            return super()._gram(p, ctx)
+        _, s = _data(ctx, "Fisher")
+        Gs = self._covectors(p, ctx)
+        return s * (Gs.T @ Gs)
+
+    def __repr__(self):
+        return f"Fisher(damping={self.damping}, empirical={self.empirical}, solver={self.solver!r})"
+
+
+# -- KFAC ----------------------------------------------------------------------------------------
+
+def _slot_kind(part):
+    """How KFAC reads a chain part: 'dense' (x ↦ W x + b), 'linear' (x ↦ W x), None (no
+    parameters) or 'other'. The rule is structural: a part R^n → R^m whose parameter object is
+    R^{m×n} × R^m is taken to compute W x + b, and one whose parameter object is R^{m×n} to
+    compute W x (as `dense` and `linear` do)."""
+    P, dom, cod = part.param, part.dom, part.cod
+    if P.size == 0:
+        return None
+    flat = lambda S: not isinstance(S, Product)  # noqa: E731
+    if not (flat(dom) and flat(cod)):
+        return "other"
+    if isinstance(P, Product):
+        if len(P.factors) == 2 and all(flat(F) for F in P.factors):
+            W, b = P.factors[0].shape, P.factors[1].shape
+            if len(W) == 2 and b == (W[0],) and dom.shape == (W[1],) and cod.shape == (W[0],):
+                return "dense"
+        return "other"
+    W = P.shape
+    return "linear" if len(W) == 2 and dom.shape == (W[1],) and cod.shape == (W[0],) else "other"
+
+
+def _to_theta(kind, t):
+    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W."""
+    return jnp.concatenate([t[0], t[1][:, None]], axis=1) if kind == "dense" else t
+
+
+def _from_theta(kind, theta):
+    return (theta[:, :-1], theta[:, -1]) if kind == "dense" else theta
+
+
+def _theta_to_ravel(kind, m, n_in):
+    """Indices taking the row-major vec of Θ to `ravel((W, b))` order (W row-major, then b)."""
+    if kind != "dense":
+        return None
+    rows = jnp.arange(m)[:, None] * (n_in + 1)
+    return jnp.concatenate([jnp.ravel(rows + jnp.arange(n_in)[None, :]), rows[:, 0] + n_in])
+
+
+class KFAC(_DataMetric):
+    """g_p = ⊕_l (G_l ⊗ A_l + λ I) over the dense layers l of a chain (Kronecker-factored Fisher).
+
+    A_l = (1/n) Σ_i ā_i ā_iᵀ, ā the layer's input with a 1 appended for the bias, and
+    G_l = s Σ_i B_iᵀ F_i B_i, B_i the Jacobian of the network output in the layer's output
+    s_l = W a + b and F_i the output-space Fisher (`curvature="fisher"`, the default) or the
+    loss Hessian (`curvature="gauss-newton"`), both computed exactly, not sampled. The block
+    acts on the row-major vec of Θ = [W b] as G_l ⊗ A_l (`matrix` reorders it to `ravel(p)`).
+    It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on
+    the example (a deep linear network).
+
+    Sharp, per block, uses the eigen-decompositions G = U_G Γ U_Gᵀ, A = U_A Α U_Aᵀ: the damped
+    block has eigenvalues γ_i α_j + λ, so X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ solves it
+    exactly (no split of the damping between the factors). Parameterised parts that are not
+    dense raise, or with `fallback="euclidean"` get the identity block.
+    """
+
+    def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
+                 output_fisher=None):
+        if damping < 0:
+            raise ValueError(f"damping must be ≥ 0, got {damping}")
+        if curvature not in ("fisher", "gauss-newton"):
+            raise ValueError(f"curvature must be 'fisher' or 'gauss-newton', got {curvature!r}")
+        if fallback not in ("raise", "euclidean"):
+            raise ValueError(f"fallback must be 'raise' or 'euclidean', got {fallback!r}")
+        self.damping, self.curvature, self.fallback = float(damping), curvature, fallback
+        self._output_fisher = output_fisher
+
+    def _layout(self, model, p):
+        chain = isinstance(model, ParaChain)
+        parts, ps = (model.parts, tuple(p)) if chain else ((model,), (p,))
+        kinds = [_slot_kind(part) for part in parts]
+        for part, kind in zip(parts, kinds):
+            if kind == "other" and self.fallback == "raise":
+                raise TypeError(f"KFAC factors dense layers only; {part.name} (parameters "
+                                f"{part.param!r}) is not one: use KFAC(fallback='euclidean') "
+                                "to give it the identity block, or another metric")
+        return parts, ps, kinds, chain
+
+    def _curv(self, ctx):
+        if self.curvature == "gauss-newton":
+            return _loss_hvp(ctx.loss)
+        F = self._output_fisher or output_fisher(ctx.loss)
+        return lambda z, y, v: F(z, v)
+
+    def factors(self, p, ctx):
+        """Per slot, (A_l, G_l) for a dense or linear layer and None for any other."""
+        return self._run("_factors", p, None, ctx)
+
+    def _factors(self, p, _, ctx):
+        n, s = _data(ctx, "KFAC")
+        parts, ps, kinds, _ = self._layout(ctx.model, p)
+        idx = [i for i, k in enumerate(kinds) if k in ("dense", "linear")]
+        curv, dtype = self._curv(ctx), ravel(p).dtype
+
+        def one(x, y):
+            # Perturb each factored layer's output by δ_l; the Jacobian in δ_l at 0 is B_l,
+            # so one reverse sweep per output coordinate gives every layer's B at once.
+            def run(deltas):
+                a, inputs = x, []
+                for i, (part, pi) in enumerate(zip(parts, ps)):
+                    if i in idx:
+                        inputs.append(a)
+                    a = part.forward(a, pi)
+                    if i in idx:
+                        a = a + deltas[idx.index(i)]
+                return ravel(a), (a, inputs)
+
+            zeros = [jnp.zeros(parts[i].cod.shape, dtype) for i in idx]
+            Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
+            H = _out_matrix(curv, z, y)
+            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)]) if kinds[i] == "dense" else a
+                    for i, a in zip(idx, inputs)]
+            return abar, Bs, [H @ B for B in Bs]
+
+        abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y)
+        out = [None] * len(parts)
+        for j, i in enumerate(idx):
+            out[i] = (jnp.einsum("ia,ib->ab", abar[j], abar[j]) / n,
+                      s * jnp.einsum("ima,imb->ab", Bs[j], HBs[j]))
+        return tuple(out)
+
+    def _map(self, p, t, ctx, sharp):
+        _, ps, kinds, chain = self._layout(ctx.model, p)
+        ts = tuple(t) if chain else (t,)
+        out = []
+        for kind, f, tl in zip(kinds, self._factors(p, None, ctx), ts):
+            if f is None:  # no parameters (None), or the identity block of the fallback
+                out.append(tl)
+                continue
+            a, UA = jnp.linalg.eigh(f[0])
+            g, UG = jnp.linalg.eigh(f[1])
+            # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
+            ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + self.damping
+            C = UG.T @ _to_theta(kind, tl) @ UA
+            out.append(_from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
+        return tuple(out) if chain else out[0]
+
+    def _sharp(self, p, g, ctx):
+        return self._map(p, g, ctx, True)
+
+    def _flat(self, p, v, ctx):
+        return self._map(p, v, ctx, False)
+
+    def _matrix(self, p, _, ctx):
+        # ⊕_l (G_l ⊗ A_l + λ I), each block reordered from vec(Θ) to ravel((W, b)).
+        parts, ps, kinds, _ = self._layout(ctx.model, p)
+        blocks = []
+        for part, kind, f, pl in zip(parts, kinds, self._factors(p, None, ctx), ps):
+            d = ravel(pl).size
+            if d == 0:
+                continue
+            if f is None:
+                blocks.append(jnp.eye(d))
+                continue
+            M = jnp.kron(f[1], f[0])
+            perm = _theta_to_ravel(kind, part.cod.shape[0], part.dom.shape[0])
+            M = M if perm is None else M[perm][:, perm]
+            blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
+        return jax.scipy.linalg.block_diag(*blocks)
+
+    def __repr__(self):
+        return f"KFAC(damping={self.damping}, curvature={self.curvature!r})"
+
+
+__all__ = ["GaussNewton", "Fisher", "KFAC", "output_fisher"]

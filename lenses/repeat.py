@@ -1,0 +1,182 @@
+"""`repeat(layer, n)`: n copies of one endomorphism A → A as one lens with stacked parameters.
+
+The composite f ≫ f ≫ ... ≫ f (n times, each copy with its own parameters) has parameter
+object P^n. `repeat` keeps exactly that lens but stores the point of P^n as one stacked point:
+every leaf of the layer's parameter point gets a leading axis of length n (`stacked(P, n)`),
+slice i being the i-th copy's parameters. The forward part is one `lax.scan` over the copies
+and the backward part one reverse `lax.scan` over the kept values, so the program, and with it
+the trace and compile time, has the size of one layer whatever n is.
+
+Backward parts: a layer whose backward part JAX derives is differentiated through the scan
+(JAX keeps each step's residuals and scans the pullback in reverse). A layer with a backward
+part of its own (hand-written, or a recompute rule inside) is run by its own `_vjp` in the
+forward scan; the values its pullback reads are emitted per step, and the reverse scan runs
+that pullback on them. With `remat=True` only the value entering each copy is kept, and the
+reverse scan recomputes the copy's forward part before running its backward part (the
+recompute rule per copy: memory of n inputs, one more forward evaluation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from categories import Positive, Product, R, Space
+
+from .para_lens import ParaLens, Polymorphic
+
+tree_map = jax.tree_util.tree_map
+
+
+@dataclass(frozen=True, repr=False)
+class Stacked(Space):
+    """U^n ⊆ R^{n×shape}: n points of the open set U stacked along a leading axis (open, as a
+    finite product of open sets)."""
+
+    base: Space
+    n: int
+    shape: tuple
+
+    def __init__(self, base: Space, n: int):
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "n", int(n))
+        object.__setattr__(self, "shape", (int(n),) + tuple(base.shape))
+
+    def interior_margin(self, x):
+        return jax.vmap(self.base.interior_margin)(x)
+
+    def indicator(self, x):
+        return jnp.all(jax.vmap(self.base.indicator)(x))
+
+    def sample_interior(self, key):
+        return jax.vmap(self.base.sample_interior)(jax.random.split(key, self.n))
+
+    def __repr__(self):
+        return f"({self.base!r})^{self.n}"
+
+
+def stacked(space: Space, n: int) -> Space:
+    """The parameter object of n copies, as stacked points: R^s ↦ R^{n×s}, a product factor by
+    factor, R^0 ↦ R^0 (n parameterless copies have no parameters), any other U ↦ U^n."""
+    if isinstance(space, Product):
+        return Product(*(stacked(f, n) for f in space.factors))
+    if space.is_terminal:
+        return space
+    if type(space) is R:
+        return R(n, *space.shape)
+    if type(space) is Positive:
+        return Positive(n, *space.shape)
+    return Stacked(space, n)
+
+
+class Repeat(ParaLens):
+    """f ≫ f ≫ ... ≫ f (n copies of f : A → A with parameters P), parameters stacked(P, n)."""
+
+    def __init__(self, layer: ParaLens, n: int, remat: bool = False):
+        if layer.dom != layer.cod:
+            raise TypeError(f"repeat needs a layer A → A, got {layer.name} : {layer.dom!r} → {layer.cod!r}")
+        self.layer, self.n, self.remat = layer, n, remat
+        ParaLens.__init__(self, layer.dom, layer.cod, stacked(layer.param, n), self._run,
+                          name=f"repeat({layer.name}, {n}{', remat' if remat else ''})", check=False)
+        self.smooth = layer.smooth
+
+    @property
+    def _derives(self):
+        return self.layer._derives and not self.remat
+
+    def _run(self, a, p):
+        return self._apply(a, p, False)
+
+    def _apply(self, a, p, batched):
+        layer = self.layer
+
+        def body(x, q):
+            return layer._apply(x, q, batched), None
+
+        return lax.scan(body, a, p, length=self.n)[0]
+
+    def _vjp(self, a, p, batched):
+        if self.remat:
+            return self._recomputing_vjp(a, p, batched)
+        if self.layer._derives:
+            return jax.vjp(lambda a, p: self._apply(a, p, batched), a, p)
+        return self._own_vjp(a, p, batched)
+
+    def _own_vjp(self, a, p, batched):
+        """Forward scan running the layer's own `_vjp`, emitting what each pullback reads;
+        reverse scan running those pullbacks."""
+        layer, box = self.layer, {}
+
+        def forward(x, q):
+            y, pull = layer._vjp(x, q, batched)
+            # The pullback as a program plus the values it closes over: the traced values (this
+            # step's residuals) leave the scan as per-step outputs; constants stay in the program.
+            closed, out_shape = jax.make_jaxpr(pull, return_shape=True)(y)
+            traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
+            box.update(jaxpr=closed.jaxpr, traced=traced, out_tree=jax.tree_util.tree_structure(out_shape),
+                       fixed=[c for c, t in zip(closed.consts, traced) if not t])
+            return y, [c for c, t in zip(closed.consts, traced) if t]
+
+        b, residuals = lax.scan(forward, a, p, length=self.n)
+
+        def pullback(c):
+            def backward(c, res):
+                res, fixed = iter(res), iter(box["fixed"])
+                consts = [next(res) if t else next(fixed) for t in box["traced"]]
+                out = jax.core.eval_jaxpr(box["jaxpr"], consts, *jax.tree_util.tree_leaves(c))
+                return jax.tree_util.tree_unflatten(box["out_tree"], out)
+
+            return lax.scan(backward, c, residuals, length=self.n, reverse=True)
+
+        return b, pullback
+
+    def _recomputing_vjp(self, a, p, batched):
+        """Keep the value entering each copy; recompute the copy's forward part in the reverse
+        scan (a loop body of its own, so XLA cannot merge it back into the forward pass)."""
+        layer = self.layer
+
+        def forward(x, q):
+            return layer._apply(x, q, batched), x
+
+        b, inputs = lax.scan(forward, a, p, length=self.n)
+
+        def pullback(c):
+            def backward(c, xq):
+                x, q = xq
+                return layer._vjp(x, q, batched)[1](c)
+
+            return lax.scan(backward, c, (inputs, p), length=self.n, reverse=True)
+
+        return b, pullback
+
+    def init(self, key):
+        """The layer's own initialiser, drawn independently for each copy."""
+        return jax.vmap(self.layer.init)(jax.random.split(key, self.n))
+
+    def param_repr(self):
+        return f"({self.layer.param_repr()})^{self.n}"
+
+    def unstack(self, p) -> tuple:
+        """The stacked point as the tuple of the n copies' points (the parameters of the chain)."""
+        return tuple(tree_map(lambda leaf: leaf[i], p) for i in range(self.n))
+
+    def stack(self, ps) -> object:
+        """The inverse of `unstack`: n points of P as one stacked point."""
+        return tree_map(lambda *leaves: jnp.stack(leaves), *ps)
+
+
+def repeat(layer: ParaLens, n: int, remat: bool = False) -> ParaLens:
+    """n copies of the endomorphism `layer` in sequence, each with its own parameters, as one
+    lens with stacked parameters, compiled as a scan (program size independent of n)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"repeat needs a positive number of copies, got {n!r}")
+    if isinstance(layer, Polymorphic):
+        return Polymorphic(lambda A: Repeat(layer.at(A), n, remat),
+                           f"repeat({layer.name}, {n})", layer.shape_preserving)
+    return Repeat(layer, n, remat)
+
+
+__all__ = ["repeat", "Repeat", "stacked", "Stacked"]

@@ -1,0 +1,147 @@
+"""The examples run: each script in a subprocess with small settings, each notebook under nbclient.
+
+Scripts must exit 0 and print their key lines; notebooks must execute without an error and
+be committed exactly as `examples/make_notebooks.py` writes them (no outputs).
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+NOTEBOOKS = ("backprop_by_hand.ipynb", "laws.ipynb", "inner_products.ipynb")
+
+slow = pytest.mark.slow  # a few seconds to a minute each: JAX start-up and compilation
+
+
+def run_script(name, *args, timeout=300):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, f"{name} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def epoch_losses(stdout):
+    return [float(m) for m in re.findall(r"^epoch +\d+ +loss ([0-9.]+)", stdout, re.M)]
+
+
+@slow
+def test_main_example():
+    out = run_script("main.py", "--epochs", "4")
+    assert "dense(4→16) ≫ tanh ≫ dense(16→3) : R^4 → R^3" in out
+    assert "┤ dense(4→16) ├" in out and "┤ tanh ├" in out  # the text diagram
+    assert "order of the forward parts : dense(4→16) → tanh → dense(16→3)" in out
+    assert "order of the backward parts: dense(16→3) → tanh → dense(4→16)" in out
+    assert "p - p' raises TypeError: a covector is not a point" in out
+    assert "its sharp, Diagonal(4)" in out
+    assert "equals f at u(p): True" in out
+    losses = epoch_losses(out)
+    assert len(losses) == 4 and losses[-1] < losses[0]  # it learns
+    held_out = float(re.search(r"final accuracy: train [0-9.]+, held-out ([0-9.]+)", out).group(1))
+    assert held_out > 0.5  # three balanced classes: chance is 1/3
+
+
+@slow
+@pytest.mark.parametrize("metric,epochs", [("euclidean", 2), ("kfac", 1)])
+def test_digits_example(metric, epochs):
+    out = run_script("digits.py", "--metric", metric, "--epochs", str(epochs))
+    assert "dense(64→128) ≫ relu ≫ dense(128→10)" in out
+    assert f"metric {'Euclidean' if metric == 'euclidean' else 'KFAC'}(" in out
+    losses = epoch_losses(out)
+    assert len(losses) == epochs and all(0 < loss < 2.5 for loss in losses)  # log 10 ≈ 2.3 at chance
+    if epochs > 1:
+        assert losses[-1] < losses[0]
+    acc = float(re.search(r"held-out accuracy: ([0-9.]+)", out).group(1))
+    assert acc > 0.5  # ten classes: chance is 0.1
+
+
+def test_digits_offers_the_metrics_that_exist():
+    import lenses
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import digits
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    for name, present in (("fisher", hasattr(lenses, "Fisher")), ("kfac", hasattr(lenses, "KFAC"))):
+        assert (name in digits.METRICS) == present
+    assert {"euclidean", "diagonal"} <= set(digits.METRICS)
+
+
+@slow
+def test_conv_digits_example():
+    out = run_script("conv_digits.py", "--epochs", "2", "--channels", "4")
+    assert "┤ conv2d(1→4, 3×3) ├" in out and "max_pool(2×2)" in out and "R^{4×4×4}" in out
+    losses = epoch_losses(out)
+    assert len(losses) == 2 and losses[1] < losses[0]
+    assert float(re.search(r"held-out accuracy: ([0-9.]+)", out).group(1)) > 0.3
+
+
+def test_notebooks_are_committed_as_generated_and_without_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import make_notebooks
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    assert set(make_notebooks.NOTEBOOKS) == set(NOTEBOOKS)
+    for name in NOTEBOOKS:
+        committed = nbformat.read(EXAMPLES / name, as_version=4)
+        generated = make_notebooks.build(name)
+        assert [c.source for c in committed.cells] == [c.source for c in generated.cells], \
+            f"{name} differs from make_notebooks.py: run python examples/make_notebooks.py"
+        for cell in committed.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{name} has outputs"
+
+
+@slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_executes(name):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(EXAMPLES / name, as_version=4)
+    # The "python3" kernel is ipykernel's own spec; jupyter_client starts it with this
+    # interpreter (sys.executable), so it sees the same packages as the tests.
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
+                                     resources={"metadata": {"path": str(EXAMPLES)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+
+
+# -- the documentation points at things that exist ---------------------------------------------
+
+def test_paper_notes_cite_only_tests_that_exist():
+    defined = {}
+    for path in (ROOT / "tests").glob("test_*.py"):
+        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M):
+            defined.setdefault(name, set()).add(path.name)
+    notes = sorted((ROOT / "paper_notes").glob("*.md"))
+    assert len(notes) >= 9  # eight ideas and the index
+    for note in notes:
+        text = note.read_text()
+        for file in re.findall(r"tests/(test_\w+\.py)", text):
+            assert (ROOT / "tests" / file).exists(), f"{note.name} cites a missing file tests/{file}"
+        for file, name in re.findall(r"tests/(test_\w+\.py)::(test_\w+)", text):
+            assert file in defined.get(name, ()), f"{note.name} cites {file}::{name}, which does not exist"
+        for name in re.findall(r"`(test_\w+)`", text):
+            assert name in defined, f"{note.name} cites {name}, which no test file defines"
+
+
+def test_readme_commands_are_the_two_set_up_commands_and_ci_runs_the_second():
+    readme = (ROOT / "README.md").read_text()
+    run_main = ("python3 -m venv .venv && .venv/bin/pip install -e '.[examples]' && "
+                ".venv/bin/python examples/main.py")
+    run_tests = ("python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
+                 ".venv/bin/python -m pytest")
+    assert run_main in readme and run_tests in readme
+    ci = ROOT / ".ci" / "run"
+    if ci.exists():
+        assert run_tests in ci.read_text()
