@@ -63,6 +63,25 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = CLOCKS[os.environ.get("BENCH_CLOCK", "cpu")]
 
 
+def current_rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the process's RSS high-water mark to its current RSS (Linux: clear_refs 5), so
+    that the next peak measured is that of what runs afterwards; False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def timed(fn, steps: int) -> float:
     """Seconds per call of `fn` (which must block until its work is done) over `steps` calls."""
     t = clock()

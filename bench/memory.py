@@ -3,19 +3,21 @@
 A chain of n dense layers of width 64 with tanh, at a batch large enough that the kept
 activations dominate memory (batch × width floats per layer). Contestants:
   store            the lens chain (the default rule: every forward value kept)
-  recompute √n     checkpoint(chain, segments="sqrt"): k ≈ √(2n) runs, each recomputed alone
-  recompute whole  checkpoint(chain): the chain recomputed as one piece (keeps only its input,
+  recompute-sqrt   checkpoint(chain, segments="sqrt"): k ≈ √(2n) runs, each recomputed alone
+  recompute-whole  checkpoint(chain): the chain recomputed as one piece (keeps only its input,
                    but the recomputation then holds every value again: no saving expected)
   repeat           repeat(dense ≫ tanh, n) (a scan; store rule)
-  repeat remat     repeat(dense ≫ tanh, n, remat=True): each copy recomputed in the reverse scan
+  repeat-remat     repeat(dense ≫ tanh, n, remat=True): each copy recomputed in the reverse scan
   jax              hand-written value_and_grad, for reference
-  jax.checkpoint   hand-written with jax.checkpoint around each of √(2n) runs: XLA's CPU
+  jax-checkpoint   hand-written with jax.checkpoint around each of √(2n) runs: XLA's CPU
                    pipeline removes the optimisation barriers before CSE, merging the
                    recomputation back into the forward pass
 
 Memory is XLA's own account of the compiled step (`compile().memory_analysis()`:
 temp_size_in_bytes, the scratch the step needs beyond its arguments and outputs) and the
-peak resident set size of the fresh process (getrusage) after compiling and after stepping.
+resident set size of the fresh process (getrusage): its peak up to the end of compiling, and
+the peak while stepping above the RSS before the first step (the high-water mark is reset
+after compiling through /proc/self/clear_refs).
 
     .venv/bin/python bench/memory.py
     .venv/bin/python bench/memory.py --depths 128 --batch 4096
@@ -32,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-KINDS = ("store", "recompute √n", "recompute whole", "repeat", "repeat remat", "jax", "jax.checkpoint")
+KINDS = ("store", "recompute-sqrt", "recompute-whole", "repeat", "repeat-remat", "jax", "jax-checkpoint")
 LR = 0.01
 
 
@@ -46,7 +48,7 @@ def build(kind, n, width):
     b = jnp.asarray((0.1 * rng.standard_normal((n, width))).astype(np.float32))
 
     if kind.startswith("jax"):
-        runs = max(1, round(math.sqrt(2 * n))) if kind == "jax.checkpoint" else 1
+        runs = max(1, round(math.sqrt(2 * n))) if kind == "jax-checkpoint" else 1
         bounds = [(n * i // runs, n * (i + 1) // runs) for i in range(runs)]
 
         def segment(h, p):
@@ -71,15 +73,15 @@ def build(kind, n, width):
     from lenses import (Euclidean, batch_loss, batched, checkpoint, dense, dL, half_squared_error,
                         repeat, tanh)
     if kind.startswith("repeat"):
-        model = repeat(dense(width, width) >> tanh, n, remat=kind == "repeat remat")
+        model = repeat(dense(width, width) >> tanh, n, remat=kind == "repeat-remat")
         p = ((W, b), None)
     else:
         model = dense(width, width) >> tanh
         for _ in range(n - 1):
             model = model >> dense(width, width) >> tanh
-        if kind == "recompute √n":
+        if kind == "recompute-sqrt":
             model = checkpoint(model, segments="sqrt")
-        elif kind == "recompute whole":
+        elif kind == "recompute-whole":
             model = checkpoint(model)
         p = tuple(x for i in range(n) for x in ((W[i], b[i]), None))
     metric = Euclidean()
@@ -103,6 +105,10 @@ def worker(cfg):
     compiled = jax.jit(step).lower(p, X, Y).compile()
     mem = compiled.memory_analysis()
     rss_compiled = C.peak_rss_mib()
+    # The peak RSS while stepping, above the RSS the process had before its first step (the
+    # high-water mark of compiling is reset away first, where Linux allows it).
+    reset = C.reset_peak_rss()
+    rss_before = C.current_rss_mib()
     box = [p]
 
     def run():
@@ -113,7 +119,8 @@ def worker(cfg):
     times = [C.timed(run, steps) for _ in range(cfg["repeats"])]
     C.emit({"config": cfg, "temp_mib": mem.temp_size_in_bytes / 2**20,
             "args_mib": mem.argument_size_in_bytes / 2**20, "times": times,
-            "rss_compiled_mib": rss_compiled, "rss_peak_mib": C.peak_rss_mib()})
+            "rss_compiled_mib": rss_compiled, "rss_peak_mib": C.peak_rss_mib(),
+            "rss_stepping_mib": C.peak_rss_mib() - rss_before if reset else float("nan")})
 
 
 def main():
@@ -148,13 +155,13 @@ def main():
             temp = C.med([r["temp_mib"] for r in rs])
             t = sum((r["times"] for r in rs), [])
             row = [n, kind, f"{temp:.1f}", f"{C.med([r['rss_compiled_mib'] for r in rs]):.0f}",
-                   f"{C.med([r['rss_peak_mib'] for r in rs]):.0f}", C.summary(t, 1e3)]
+                   f"{C.med([r['rss_stepping_mib'] for r in rs]):.0f}", C.summary(t, 1e3)]
             if store:
                 st = sum((r["times"] for r in store), [])
                 row += [f"{temp / C.med([r['temp_mib'] for r in store]):.2f}", f"{C.med(t) / C.med(st):.2f}"]
             rows.append(row)
-    print(C.table(["depth", "rule", "XLA temp MiB", "peak RSS after compile MiB",
-                   "peak RSS after steps MiB", "step ms", "temp / store", "time / store"], rows))
+    print(C.table(["depth", "rule", "XLA temp MiB", "peak RSS compiling MiB",
+                   "peak RSS stepping − RSS before MiB", "step ms", "temp / store", "time / store"], rows))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from .smooth import Smooth
-from .spaces import Product, R, Space
+from .spaces import Product, R, Space, euclidean
 
 
 def check_composable(f, g, what="compose") -> None:
@@ -165,7 +165,9 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
     """
     Q, P = r.dom, r.cod
     key = jax.random.PRNGKey(seed)
-    q0 = Q.sample_interior(key)
+    # Any point and any direction with no zero coordinate will do; zeros and ones need no
+    # random-number compilation for each new shape.
+    q0 = Q.zeros() if euclidean(Q) else Q.sample_interior(key)
     single = one_slot(r)
     q_factors = (Q,) if single else Q.factors
     counts = []
@@ -173,7 +175,7 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
         if F.size == 0:
             counts.append(0)
             continue
-        direction = F.tangent.sample_interior(jax.random.fold_in(key, i + 1))
+        direction = jax.tree_util.tree_map(jnp.ones_like, F.tangent.zeros())
         if single:
             tangent = direction
         else:
