@@ -161,3 +161,20 @@ def machine(args=None) -> str:
                                      f"{args.threads or 'default'}")
     return (f"python {platform.python_version()}, jax {jax.__version__}, {os.cpu_count()} CPUs, "
             f"load average {load:.1f} at start{extra}")
+
+
+def lens_sgd_step(model, lr: float):
+    """One SGD step of a lens expression on the mean half squared error: the batched forward
+    pass, dL, the backward pass, then p − η (p')♯ with the Euclidean sharp (jit it yourself)."""
+    from lenses import Euclidean, batch_loss, batched, dL, half_squared_error
+
+    metric = Euclidean()
+
+    def step(p, X, Y):
+        out, pull = batched(model).vjp(X, p)
+        L = batch_loss(half_squared_error, Y, reduction="mean")
+        _, p_cov = pull(dL(L, out))
+        return p - lr * metric.sharp(p, p_cov), L.fn(out)
+
+    return step
+

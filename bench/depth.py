@@ -45,7 +45,7 @@ def build(kind, n, width, stacked_W, stacked_b, Ws, bs):
     import jax.numpy as jnp
 
     if kind in ("lens", "repeat"):
-        from lenses import Euclidean, batch_loss, batched, dense, dL, half_squared_error, repeat, tanh
+        from lenses import dense, repeat, tanh
         if kind == "lens":
             model = dense(width, width) >> tanh
             for _ in range(n - 1):
@@ -54,15 +54,7 @@ def build(kind, n, width, stacked_W, stacked_b, Ws, bs):
         else:
             model = repeat(dense(width, width) >> tanh, n)
             p = ((stacked_W, stacked_b), None)
-        metric = Euclidean()
-
-        def step(p, X, Y):
-            out, pull = batched(model).vjp(X, p)
-            L = batch_loss(half_squared_error, Y, reduction="mean")
-            _, p_cov = pull(dL(L, out))
-            return p - LR * metric.sharp(p, p_cov), L.fn(out)
-
-        return step, p
+        return C.lens_sgd_step(model, LR), p
 
     def sgd(objective):
         def step(p, X, Y):

@@ -70,8 +70,7 @@ def build(kind, n, width):
 
         return step, [(W[i], b[i]) for i in range(n)]
 
-    from lenses import (Euclidean, batch_loss, batched, checkpoint, dense, dL, half_squared_error,
-                        repeat, tanh)
+    from lenses import checkpoint, dense, repeat, tanh
     if kind.startswith("repeat"):
         model = repeat(dense(width, width) >> tanh, n, remat=kind == "repeat-remat")
         p = ((W, b), None)
@@ -84,15 +83,7 @@ def build(kind, n, width):
         elif kind == "recompute-whole":
             model = checkpoint(model)
         p = tuple(x for i in range(n) for x in ((W[i], b[i]), None))
-    metric = Euclidean()
-
-    def step(p, X, Y):
-        out, pull = batched(model).vjp(X, p)
-        L = batch_loss(half_squared_error, Y, reduction="mean")
-        _, p_cov = pull(dL(L, out))
-        return p - LR * metric.sharp(p, p_cov), L.fn(out)
-
-    return step, p
+    return C.lens_sgd_step(model, LR), p
 
 
 def worker(cfg):

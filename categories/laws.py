@@ -93,26 +93,34 @@ def _same(a, b, what: str) -> None:
         raise AssertionError(f"{what}: {a!r} vs {b!r}")
 
 
-def _law(fn):
-    """Register a check and report any failure, or failure to evaluate, with the law's statement."""
-    statement = inspect.getdoc(fn).splitlines()[0]
-    LAWS[fn.__name__] = statement
-    signature = inspect.signature(fn)
+def law_registry(registry: dict):
+    """A decorator that registers a check in `registry` (name → statement, the first line of
+    its docstring) and reports any failure, or failure to evaluate, with the law's statement."""
 
-    @functools.wraps(fn)
-    def check(*args, **kwargs):
-        signature.bind(*args, **kwargs)  # a wrong call is the caller's TypeError, not a failed law
-        try:
-            fn(*args, **kwargs)
-        except AssertionError as e:
-            raise AssertionError(f"{fn.__name__} failed: {statement}\n  {e}") from None
-        except Exception as e:  # noqa: BLE001 — a construction that crashes breaks the law
-            raise AssertionError(
-                f"{fn.__name__} failed: {statement}\n  evaluating it raised "
-                f"{type(e).__name__}: {e}") from e
-        return None
+    def register(fn):
+        statement = inspect.getdoc(fn).splitlines()[0]
+        registry[fn.__name__] = statement
+        signature = inspect.signature(fn)
 
-    return check
+        @functools.wraps(fn)
+        def check(*args, **kwargs):
+            signature.bind(*args, **kwargs)  # a wrong call is the caller's TypeError, not a failed law
+            try:
+                fn(*args, **kwargs)
+            except AssertionError as e:
+                raise AssertionError(f"{fn.__name__} failed: {statement}\n  {e}") from None
+            except Exception as e:  # noqa: BLE001 — a construction that crashes breaks the law
+                raise AssertionError(
+                    f"{fn.__name__} failed: {statement}\n  evaluating it raised "
+                    f"{type(e).__name__}: {e}") from e
+            return None
+
+        return check
+
+    return register
+
+
+_law = law_registry(LAWS)
 
 
 def _add(x, y):
@@ -452,4 +460,4 @@ def check_weight_tying(f, g, a, p, *, tie=_tie, tying_map=_tying_map, slot_uses=
                              f"{(2,) if f.param.size > 0 else (0,)}")
 
 
-__all__ = ["ATOL", "RTOL", "LAWS", "assert_close"] + sorted(LAWS)
+__all__ = ["ATOL", "RTOL", "LAWS", "assert_close", "law_registry"] + sorted(LAWS)

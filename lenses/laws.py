@@ -17,14 +17,12 @@ of g, a chain bringing one slot per component.
 
 from __future__ import annotations
 
-import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
 
 from categories import Product, R, identity as _smooth_identity
-from categories.laws import ATOL, RTOL, assert_close
+from categories.laws import ATOL, RTOL, assert_close, law_registry
 from categories.linear import unwrap
 
 from . import layers
@@ -38,24 +36,7 @@ from .structure import add as _add_lens, copy as _copy, discard as _discard
 LAWS: dict[str, str] = {}
 
 
-def _law(fn):
-    """Register a check and report any failure, or failure to evaluate, with the law's statement."""
-    statement = inspect.getdoc(fn).splitlines()[0]
-    LAWS[fn.__name__] = statement
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def check(*args, **kwargs):
-        signature.bind(*args, **kwargs)  # a wrong call is the caller's TypeError, not a failed law
-        try:
-            fn(*args, **kwargs)
-        except AssertionError as e:
-            raise AssertionError(f"{fn.__name__} failed: {statement}\n  {e}") from None
-        except Exception as e:  # noqa: BLE001 — a construction that crashes breaks the law
-            raise AssertionError(f"{fn.__name__} failed: {statement}\n  evaluating it raised "
-                                 f"{type(e).__name__}: {e}") from e
-
-    return check
+_law = law_registry(LAWS)
 
 
 # -- helpers ---------------------------------------------------------------------------------
