@@ -164,8 +164,10 @@ class ParaLens:
         elif isinstance(left, Polymorphic) and not isinstance(right, Polymorphic):
             left = left.at_cod(right.dom)
         elif isinstance(left, Polymorphic):
-            return Polymorphic(lambda A: left.at(A) >> right, f"{left.name} ≫ {right.name}",
-                               left.shape_preserving and right.shape_preserving)
+            family = Polymorphic(lambda A: left.at(A) >> right, f"{left.name} ≫ {right.name}",
+                                 left.shape_preserving and right.shape_preserving)
+            family.smooth = left.smooth and right.smooth
+            return family
         return _then(left, right)
 
     def __matmul__(self, other: "ParaLens") -> "ParaLens":

@@ -30,6 +30,9 @@ def test_relu_is_marked_not_smooth_and_its_derivative_at_zero_is_zero():
     assert (dense(2, 3) >> relu).smooth is False
     assert tanh.smooth is True and (dense(2, 3) >> tanh).smooth is True
     assert max_pool(2).smooth is False and avg_pool(2).smooth is True
+    # a family composed of families is as smooth as its members, before and after `.at`
+    assert (relu >> tanh).smooth is False and (tanh >> sigmoid).smooth is True
+    assert (relu >> tanh).at(R(3)).smooth is False
     da, _ = relu.at(R(3)).backward(jnp.array([0.0, 2.0, -2.0]), None, jnp.array([5.0, 5.0, 5.0]))
     assert_close(da, jnp.array([0.0, 5.0, 0.0]), atol=0.0, rtol=0.0, what="relu'(0) = 0")
 
