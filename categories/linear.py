@@ -4,7 +4,7 @@
 distinct pytree types. Both are vector spaces. A vector moves a point (`p - v`), a covector
 does not: it is a measurement on vectors (`cov(v)` is the pairing ⟨cov, v⟩), and turning it
 into a vector needs an inner product's sharp map. Keeping the two apart is what puts the
-choice of inner product in view (theory: "The Parameter Was Copied").
+choice of inner product in view (paper_notes/05-sharp-and-update.md).
 
 `Linear(dom, cod, apply)`: a linear map between tangent spaces (or, for a dual, between
 cotangent spaces); `.dual()` is its transpose, `>>` composes diagrammatically.

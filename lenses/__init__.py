@@ -1,6 +1,6 @@
 """Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them.
 
-The layers of the package, in the theory's order: lenses (`para_lens`, `family`,
+The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
 `metrics`, `natural`), then optimisers (`optimisers`), then the learner (`learner`); beside
 them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
@@ -9,7 +9,7 @@ them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `dia
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
-from .family import LensFamily, family
+from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
 from .learner import Report, TrainState, TrainStep, accuracy, fit, predict, train_step

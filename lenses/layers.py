@@ -2,7 +2,7 @@
 
 Column convention: `dense(n_in, n_out)` has parameter (W, b), W of shape (n_out, n_in), one
 row per neuron, and computes W x + b (it declares so: `Affine`, which structured metrics
-read). Activations, pooling, `flatten` and `conv2d` are families (`lenses.family`): their
+read). Activations, pooling, `flatten` and `conv2d` are families (`lenses.families`): their
 spaces come from what they are composed with. Parameterless layers have parameter object R^0.
 """
 
@@ -17,7 +17,7 @@ from jax import lax
 
 from categories import R, Space
 
-from .family import LensFamily, family
+from .families import LensFamily, family
 from .para_lens import Affine, Layer
 from .structure import add, copy
 

@@ -12,7 +12,7 @@ docstring; code outside the lens classes asks a lens through the protocol and ne
 which class it is. Composition f ≫ g is defined once (`Chain`): each component's forward part
 runs once, then the pullbacks run in reverse order (g' first, f' second) at the kept values,
 by `sequence_vjp`, the one reverse-order loop of the library. A family of lenses whose spaces
-a neighbour fixes (`tanh`, `flatten`, `conv2d(...)`) is not a lens: see `lenses.family`.
+a neighbour fixes (`tanh`, `flatten`, `conv2d(...)`) is not a lens: see `lenses.families`.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class ParaLens(metaclass=_Builds):
 
     # -- families and fixing -----------------------------------------------------------------
     def is_fixed(self) -> bool:
-        """A lens has fixed spaces; a family (`lenses.family`) does not."""
+        """A lens has fixed spaces; a family (`lenses.families`) does not."""
         return True
 
     def fixed(self, who: str = "this") -> "ParaLens":

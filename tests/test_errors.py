@@ -1,4 +1,4 @@
-"""Errors name the user's own things: the space, the point, the maps (DESIGN, contract 10)."""
+"""Errors name the user's own things: the space, the point, the maps (a mismatch names both sides; a domain error the space and the point)."""
 
 import jax.numpy as jnp
 import numpy as np
