@@ -95,7 +95,7 @@ def _number(x, name: str, what: str) -> float | None:
     """float(x), or None for a traced value (nothing to check); refuse what is not a number."""
     if isinstance(x, jax.core.Tracer):
         return None
-    if isinstance(x, bool):
+    if isinstance(x, (bool, str, bytes)):
         raise ValueError(f"{name} must be {what}, got {x!r}")
     try:
         return float(x)
