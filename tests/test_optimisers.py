@@ -434,6 +434,7 @@ def test_gd_and_update_build_the_same_map():
      r"initial_accumulator_value must be finite and ≥ 0, got -0\.1"),
     (lambda: adagrad(0.1, eps=-1e-7), r"eps must be finite and > 0"),
     (lambda: gd(0.1, max_halvings=-1), r"max_halvings must be an integer ≥ 0"),
+    (lambda: gd(Euclidean(), 0.1), r"lr must be a finite number > 0"),  # arguments swapped
 ])
 def test_hyperparameters_are_checked_at_construction(build, message):
     with pytest.raises(ValueError, match=message):
@@ -449,6 +450,7 @@ def test_hyperparameters_are_checked_at_construction(build, message):
     (lambda: chain(), r"at least its first part"),
     (lambda: sharp(object()), r"sharp needs an inner product"),
     (lambda: gd(lambda count: 0.1), r"fixed learning rate"),
+    (lambda: update(0.1, Euclidean()), r"sharp needs an inner product"),  # arguments swapped
 ])
 def test_what_is_not_an_optimiser_part_is_refused(build, message):
     with pytest.raises(TypeError, match=message):

@@ -70,6 +70,11 @@ class Optimiser:
     `parts`: `sharp(metric)`, then any parts (the library's or optax transformations).
     `lookahead`: False (the covector is taken at p), True (at the inertial point
     p + Δ(0), Nesterov for momentum) or a callable (s, p) ↦ point.
+    `on_domain_error`: "raise" (DomainError) or "backtrack" (halve the move, at most
+    `max_halvings` times) when the new point leaves the open parameter object.
+
+    The state holds the states of the parts that hold anything (see the module docstring);
+    the lookahead with `lookahead=True` calls the parts after sharp without `ctx`.
     """
 
     def __init__(self, parts: Sequence, lookahead: bool | Callable = False,
@@ -104,7 +109,8 @@ class Optimiser:
         kept = self._kept(shapes)
         given = [] if not kept else [s] if len(kept) == 1 else list(s)
         if len(given) != len(kept):
-            raise TypeError(f"the state of {self!r} should hold {len(kept)} part states, got {s!r}")
+            raise TypeError(f"the state of {self!r} should hold {len(kept)} part states, got "
+                            f"a {type(s).__name__} of {len(given)}")
         states = dict(zip(kept, given))
         return [states[i] if i in states else
                 jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(sh), [])
@@ -180,8 +186,9 @@ class Optimiser:
                 " (pass on_domain_error='backtrack' to shorten the step instead)")
 
     def __repr__(self):
-        look = ", lookahead=True" if self._look is True else ""
-        return f"{self.name}({', '.join(map(repr, self.parts))}{look})"
+        look = "" if self._look is False else f", lookahead={self._look!r}"
+        name = "" if self.name == "chain" else f", name={self.name!r}"
+        return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
 
 
 def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "raise",
@@ -203,12 +210,13 @@ class Update(Optimiser):
 
     def __init__(self, metric=None, lr=1e-2, on_domain_error: str = "raise",
                  max_halvings: int = 30):
+        first = sharp(metric)  # the metric is checked first: update(metric, lr) names it first
         if callable(lr):
             raise TypeError("gd and update take a fixed learning rate (u has no state); for a "
                             "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
         check_learning_rate(lr)
         self.lr = lr
-        super().__init__([sharp(metric), scale_by_learning_rate(lr)], False, on_domain_error,
+        super().__init__([first, scale_by_learning_rate(lr)], False, on_domain_error,
                          max_halvings, "gd")
 
     def __call__(self, p, p_cov, ctx=None, space: Space | None = None):

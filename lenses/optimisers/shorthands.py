@@ -14,7 +14,7 @@ fault policy (see `faults`).
 from __future__ import annotations
 
 from .lens import Optimiser, Update, chain
-from .parts import (is_part, scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
+from .parts import (check_learning_rate, is_part, scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                     scale_by_momentum, sharp)
 
 
@@ -27,6 +27,7 @@ def update(metric=None, lr: float = 1e-2, *, on_domain_error: str = "raise",
 def gd(lr: float, metric=None, *, on_domain_error: str = "raise",
        max_halvings: int = 30) -> Update:
     """Gradient descent p ← p − η (p')♯: chain(sharp(metric), scale_by_learning_rate(lr))."""
+    check_learning_rate(lr)  # the learning rate is checked first: gd(lr, metric) names it first
     return Update(metric, lr, on_domain_error, max_halvings)
 
 
