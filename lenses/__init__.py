@@ -17,8 +17,9 @@ from .lens import Lens, as_lens, lens_identity, lens_of
 from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
 from .natural import KFAC, Fisher, GaussNewton, output_fisher
-from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, from_optax, gd,
-                         momentum, nesterov, sharp_transform, update)
+from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain, from_optax, gd,
+                         momentum, nesterov, scale_by_adagrad, scale_by_adam,
+                         scale_by_learning_rate, scale_by_momentum, sharp, sharp_transform, update)
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
@@ -42,7 +43,8 @@ __all__ = [
     "output_fisher", "ravel", "unflatten_like",
     # optimisers
     "Optimiser", "Update", "update", "gd", "momentum", "nesterov", "adagrad", "adam",
-    "from_optax", "sharp_transform", "NonFiniteError",
+    "from_optax", "sharp_transform", "NonFiniteError", "chain", "sharp", "scale_by_momentum",
+    "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
     # learning
     "TrainStep", "TrainState", "Report", "train_step", "fit", "predict", "accuracy",
     # checks and pictures
