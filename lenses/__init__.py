@@ -12,7 +12,8 @@ from .diagrams import diagram, draw, expression
 from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
-from .learner import Report, TrainState, TrainStep, accuracy, fit, predict, train_step
+from .fitting import epoch_order, fit
+from .learner import Report, TrainState, TrainStep, accuracy, predict, train_step
 from .lens import Lens, as_lens, lens_identity, lens_of
 from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
@@ -46,7 +47,7 @@ __all__ = [
     "from_optax", "sharp_transform", "NonFiniteError", "chain", "sharp", "scale_by_momentum",
     "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
     # learning
-    "TrainStep", "TrainState", "Report", "train_step", "fit", "predict", "accuracy",
+    "TrainStep", "TrainState", "Report", "train_step", "fit", "epoch_order", "predict", "accuracy",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
     "describe_slope", "expression", "diagram", "draw",

@@ -31,6 +31,20 @@ def snapshot(state):
         for a in jax.tree_util.tree_leaves(state)]
 
 
+def refused(step, state, X, Y, error, match):
+    """Run a step that must be refused: the fault is raised at the next synchronisation point
+    (reading the report), and both the state it returns and the state the error carries hold
+    the parameters and optimiser state bit for bit as before."""
+    before = snapshot((state.params, state.opt_state))
+    new, report = step(state, X, Y)
+    with pytest.raises(error, match=match) as e:
+        report.check()
+    assert snapshot((new.params, new.opt_state)) == before
+    assert snapshot(e.value.state) == snapshot(state)
+    assert e.value.step == int(state.count) + 1
+    return new, e.value
+
+
 def warm(step, params, X, Y, n=2):
     """A state with a non-trivial optimiser state (a few good steps taken)."""
     state = step.init(params)
@@ -50,20 +64,22 @@ def test_nan_covector_is_refused_and_state_kept():
     before = snapshot(state)
     bad = XM.copy()
     bad[3, 1] = np.nan
-    with pytest.raises(NonFiniteError, match="covector of slot 0 .*dense"):
-        step(state, bad, YM)
+    new, error = refused(step, state, bad, YM, NonFiniteError, "step 3: .*covector of slot 0 .*dense")
     assert snapshot(state) == before
     assert isinstance(NonFiniteError("x"), FloatingPointError)
-    step(state, XM, YM)  # the kept state still steps
+    # later steps are no-ops until the fault is seen; the error's state steps again
+    later, report = step(new, XM, YM)
+    assert snapshot((later.params, later.opt_state)) == snapshot((state.params, state.opt_state))
+    with pytest.raises(NonFiniteError, match="step 3"):
+        float(report.loss)
+    again, report = step(error.state, XM, YM)
+    assert int(again.count) == int(state.count) + 1 and float(report.loss) > 0
 
 
 def test_infinite_new_point_is_refused_and_state_kept():
     step = train_step(MLP, half_squared_error, gd(1e308))
     state = step.init(MLP.init(jax.random.PRNGKey(2)))
-    before = snapshot(state)
-    with pytest.raises(NonFiniteError, match="new point"):
-        step(state, XM, 100.0 * YM + 50.0)
-    assert snapshot(state) == before
+    refused(step, state, XM, 100.0 * YM + 50.0, NonFiniteError, "new point")
 
 
 @pytest.mark.parametrize("make", [lambda: gd(3.0), lambda: momentum(3.0, 0.5),
@@ -73,11 +89,8 @@ def test_leaving_the_open_parameter_object_is_refused(make):
     params = ((jnp.ones((1, 1)), jnp.zeros((1,))), jnp.ones((1,)))
     step = train_step(model, half_squared_error, make())
     state = step.init(params)
-    before = snapshot(state)
-    with pytest.raises(DomainError, match=r"slot 1 \(scale\).*Positive") as e:
-        step(state, ONES, ZEROS)
-    assert "backtrack" in str(e.value)
-    assert snapshot(state) == before
+    _, error = refused(step, state, ONES, ZEROS, DomainError, r"slot 1 \(scale\).*Positive")
+    assert "backtrack" in str(error)
 
 
 def test_backtracking_halves_the_move_until_it_is_inside():
@@ -108,10 +121,7 @@ def test_backtracking_is_bounded_then_refuses():
     step = train_step(scale_layer(), half_squared_error,
                       gd(3.0, on_domain_error="backtrack", max_halvings=1))
     state = step.init(jnp.ones((1,)))
-    before = snapshot(state)
-    with pytest.raises(DomainError, match="1 halvings"):
-        step(state, ONES, ZEROS)
-    assert snapshot(state) == before
+    refused(step, state, ONES, ZEROS, DomainError, "1 halvings")
 
 
 def test_none_for_a_parameterised_slot_is_refused():

@@ -149,7 +149,7 @@ def test_fit_drops_the_remainder_and_records_history(capsys):
                     progress=True)
     assert int(state2.count) == int(state.count) + 2
     err = capsys.readouterr().err
-    assert "\r" in err and "epoch 1/1" in err and "steps/s" in err
+    assert "\r" in err and "epoch 4/4" in err and "steps/s" in err  # the run's fourth epoch
 
 
 def test_fit_shuffles_reproducibly():
@@ -172,4 +172,4 @@ def test_train_state_is_a_pytree():
     state = train_step(MODEL, CE3, adam(0.1)).init(P0)
     assert isinstance(state, TrainState)
     n = len(jax.tree_util.tree_leaves(state))
-    assert n == 4 + 1 + 4 + 4 + 1  # params, adam count, mu, nu, step count
+    assert n == 4 + 1 + 4 + 4 + 1 + 1  # params, adam count, mu, nu, step count, fault record

@@ -1,0 +1,204 @@
+"""The training loop: epochs of shuffled minibatches, many steps per dispatch.
+
+`fit` puts the data on the device when it fits (`on_device`), draws each epoch's order with
+a JAX key inside the compiled code, and runs `steps_per_dispatch` steps in one compiled call
+(a `lax.scan` of the training step over the chunk's batches): no Python, no host copy and no
+host synchronisation between the steps of a chunk. At the end of each chunk the losses and
+the fault record are read back (one synchronisation): a fault raises there, naming the step,
+with the state as it was before the faulting step. Data too large for the device is cut into
+chunks on the host instead, the next chunk sent to the device while the current one runs.
+
+The order of epoch e is `epoch_order(key, e, n, batch_size)`, a function of the key and the
+epoch alone, and a state's position in the run is its step count: a run continued from a
+state (or a state saved and loaded) goes on exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .learner import NO_FAULT, TrainState, accuracy, fault_error, train_step
+
+#: data up to this many bytes is put on the device whole (`on_device=None`)
+DEVICE_DATA_LIMIT = 1 << 30
+
+
+class _Progress:
+    """A one-line `\\r` progress writer on stderr (silent unless enabled)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def show(self, text: str):
+        if self.enabled:
+            sys.stderr.write("\r" + text.ljust(78))
+            sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def as_key(key):
+    """A JAX PRNG key from a key, an integer seed or None (seed 0)."""
+    if key is None or isinstance(key, (int, np.integer)):
+        return jax.random.PRNGKey(int(key or 0))
+    return key
+
+
+def epoch_order(key, epoch: int, n: int, batch_size: int):
+    """The example indices of epoch `epoch` (from 1), shape (n // batch_size, batch_size):
+    a permutation drawn from the key folded with the epoch, the remainder dropped."""
+    steps = n // batch_size
+    perm = jax.random.permutation(jax.random.fold_in(as_key(key), epoch), n)
+    return perm[: steps * batch_size].reshape(steps, batch_size)
+
+
+def _take(data, idx):
+    return jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data)
+
+
+def _length(data) -> int:
+    return int(jax.tree_util.tree_leaves(data)[0].shape[0])
+
+
+class _Loop:
+    """The compiled chunks of one `fit`: k steps of `step_fn` per call."""
+
+    def __init__(self, step, n, batch_size):
+        self.step, self.n, self.bs = step, n, batch_size
+        self._device, self._host = {}, {}
+
+    def on_device(self, state, data, key, epoch, start, k):
+        """k steps from batch `start` of epoch `epoch`, gathering the batches on the device."""
+        if k not in self._device:
+            step_fn, n, bs = self.step.step_fn, self.n, self.bs
+
+            def chunk(state, data, key, epoch, start):
+                order = jax.random.permutation(jax.random.fold_in(key, epoch), n)
+                idx = lax.dynamic_slice(order, (start * bs,), (k * bs,)).reshape(k, bs)
+
+                def body(state, i):
+                    X, Y = _take(data, i)
+                    state, (loss, _) = step_fn(state, X, Y)
+                    return state, loss
+
+                return lax.scan(body, state, idx)
+
+            self._device[k] = jax.jit(chunk, donate_argnums=())
+        return self._device[k](state, data, key, epoch, start)
+
+    def on_host(self, state, batches):
+        """The steps over batches already cut (a leading axis of steps)."""
+        k = _length(batches[0])
+        if k not in self._host:
+            step_fn = self.step.step_fn
+
+            def chunk(state, batches):
+                def body(state, XY):
+                    state, (loss, _) = step_fn(state, *XY)
+                    return state, loss
+
+                return lax.scan(body, state, batches)
+
+            self._host[k] = jax.jit(chunk)
+        return self._host[k](state, batches)
+
+
+def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
+        key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
+        mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None):
+    """Train for `epochs` more passes over shuffled minibatches of `data = (X, Y)`.
+
+    Every batch has exactly `batch_size` examples (one compilation): the remainder of each
+    shuffled epoch is dropped; a fresh order each epoch uses every example over time.
+    `params` may also be a `TrainState` (from this function, or loaded) to continue the run
+    where it stopped: epoch and position follow from its step count, the order of each epoch
+    from `key`. Returns (state, history), the history a list of per-epoch dicts: epoch (counted
+    over the whole run), loss (mean over the epoch's steps taken here), steps_per_s, and
+    accuracy on `eval_data` when given. `steps_per_dispatch` steps run in one compiled call
+    (default: an epoch, at most 256); `on_device` puts the data on the device (default: when
+    it is under `DEVICE_DATA_LIMIT` bytes). `progress=None` shows a progress line, updated per
+    dispatch, only when stderr is a terminal.
+    """
+    X, Y = data
+    n = _length(X)
+    batch_size = min(int(batch_size), n)
+    steps = n // batch_size
+    key = as_key(key)
+    step = train_step(model, loss_family, opt, reduction, mesh)
+    state = params if isinstance(params, TrainState) else step.init(params)
+    step.check(state)
+    k_max = int(steps_per_dispatch) if steps_per_dispatch is not None else min(steps, 256)
+    nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves(data))
+    device = (nbytes <= DEVICE_DATA_LIMIT if on_device is None else bool(on_device)) and mesh is None
+    data = jax.device_put((X, Y)) if device else (X, Y)
+    loop = _Loop(step, n, batch_size)
+    show = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
+    done = int(state.count)
+    first, position = done // steps + 1, done % steps
+    last = first + epochs - 1
+    history = []
+    try:
+        for epoch in range(first, last + 1):
+            start = position if epoch == first else 0
+            chunks = [(lo, min(lo + k_max, steps)) for lo in range(start, steps, k_max)]
+            losses, t0 = [], time.perf_counter()
+            host = None if device else np.asarray(epoch_order(key, epoch, n, batch_size))
+            pending = _send(data, host, chunks[0]) if host is not None else None
+            for c, (lo, hi) in enumerate(chunks):
+                if device:
+                    state, chunk_losses = loop.on_device(state, data, key, epoch, lo, hi - lo)
+                elif mesh is not None:
+                    state, chunk_losses = _per_step(step, state, pending)
+                else:
+                    state, chunk_losses = loop.on_host(state, pending)
+                if host is not None and c + 1 < len(chunks):  # the next chunk travels meanwhile
+                    pending = _send(data, host, chunks[c + 1])
+                chunk_losses, fault = jax.device_get((chunk_losses, state.fault))
+                if fault[0]:
+                    error = fault_error(state, *(int(v) for v in fault), step.names, step.opt._note(),
+                                        step.spaces)
+                    error.history = history
+                    raise error
+                losses.append(chunk_losses)
+                if show.enabled:
+                    now = time.perf_counter()
+                    show.show(f"epoch {epoch}/{last}  step {hi}/{steps}  loss {float(chunk_losses[-1]):.4g}  "
+                              f"{(hi - start) / max(now - t0, 1e-9):.0f} steps/s")
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            record = {"epoch": epoch, "loss": float(np.mean(np.concatenate(losses))),
+                      "steps_per_s": (steps - start) / elapsed}
+            if eval_data is not None:
+                record["accuracy"] = accuracy(step.model, state.params, *eval_data)
+            history.append(record)
+            show.show(f"epoch {epoch}/{last}  loss {record['loss']:.4g}  {record['steps_per_s']:.0f} steps/s"
+                      + (f"  accuracy {record['accuracy']:.3f}" if "accuracy" in record else ""))
+    finally:
+        show.close()
+    return state, history
+
+
+def _send(data, order, chunk):
+    """The batches of one chunk, cut on the host and sent to the device (asynchronously)."""
+    lo, hi = chunk
+    return jax.device_put(jax.tree_util.tree_map(lambda a: np.asarray(a)[order[lo:hi]], data))
+
+
+def _per_step(step, state, batches):
+    """One dispatch per step (the sharded step places each batch over the mesh itself)."""
+    losses = []
+    for i in range(_length(batches[0])):
+        state, (loss, _) = step._compiled(state, *jax.tree_util.tree_map(lambda a: a[i], batches))
+        losses.append(loss)
+    return state, jnp.stack(losses)
+
+
+__all__ = ["fit", "epoch_order", "as_key", "DEVICE_DATA_LIMIT"]
