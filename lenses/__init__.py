@@ -9,9 +9,9 @@ from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, so
 from .para_lens import (Batched, Checkpointed, Parallel, ParaChain, ParaLens, Polymorphic, Reparam,
                         batched, checkpoint, derived, n_params, tie, uses)
 from .structure import add, copy, discard
-from .metrics import Constant, Context, Diagonal, Euclidean, Metric
+from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
 from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, from_optax, gd, momentum, nesterov, sharp_transform, update)
 from .learner import Report, TrainState, TrainStep, accuracy, fit, predict, train_step
-from .metrics import KFAC, Fisher, GaussNewton, output_fisher, ravel, unflatten_like
+from .natural import KFAC, Fisher, GaussNewton, output_fisher
 from .draw import diagram, draw, expression
 from .repeat import Repeat, Stacked, repeat, stacked

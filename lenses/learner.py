@@ -31,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from categories import Covector
 
 from .checks import largest_slope
-from .losses import batch_loss
+from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import (Optimiser, check_params, finite_flags, from_optax, raise_non_finite,
                          raise_outside, slot_names)
@@ -66,7 +66,7 @@ class TrainStep:
             raise TypeError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
         if getattr(model, "param", None) is None:
             raise TypeError(f"{model!r} has no fixed spaces: give it a domain with .at(space)")
-        self.model, self.loss_family, self.opt = model, loss_family, opt
+        self.model, self.loss_family, self.opt = model, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
         self.names = slot_names(model)
@@ -136,6 +136,7 @@ class TrainStep:
         if self.mesh is not None and np.shape(X)[0] % self.mesh.shape[self.axis]:
             raise ValueError(f"a batch of {np.shape(X)[0]} cannot be split evenly over the "
                              f"{self.mesh.shape[self.axis]} devices of mesh axis {self.axis!r}")
+        self.loss_family.check_targets(Y, self.model.cod)  # shape, and values when concrete
         new, report, flags = self._compiled(state, X, Y)
         flags = np.asarray(flags)  # the one synchronisation per step: faults are known now
         if not flags.all():
