@@ -136,7 +136,7 @@ class TrainStep:
         if self.mesh is not None and np.shape(X)[0] % self.mesh.shape[self.axis]:
             raise ValueError(f"a batch of {np.shape(X)[0]} cannot be split evenly over the "
                              f"{self.mesh.shape[self.axis]} devices of mesh axis {self.axis!r}")
-        self.loss_family.check_targets(Y, self.model.cod)  # shape, and values when concrete
+        self.loss_family.check_targets(Y, getattr(self.model, "cod", None))  # shape; values if concrete
         new, report, flags = self._compiled(state, X, Y)
         flags = np.asarray(flags)  # the one synchronisation per step: faults are known now
         if not flags.all():
