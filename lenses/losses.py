@@ -28,20 +28,21 @@ import numpy as np
 from categories import Covector, R, Smooth, Space
 
 _MISSING = object()
+_SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
 
 
 def _concrete(x) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(x))
 
 
-def _as_array(Y, who):
+def _as_array(Y, fam):
     """Y as an array (numpy for host data, kept as is for JAX arrays and tracers)."""
     if isinstance(Y, (jax.Array, np.ndarray)) or isinstance(Y, jax.core.Tracer):
         return Y
     try:
         return np.asarray(Y)
     except Exception as e:  # noqa: BLE001 — a ragged list, an object
-        raise TypeError(f"{who}: targets must be an array, got {type(Y).__name__}") from e
+        raise TypeError(f"{fam!r}: targets must be an array, got {type(Y).__name__}") from e
 
 
 def _shape_str(shape) -> str:
@@ -130,23 +131,36 @@ class LossFamily:
         whose outputs lie in `output_space` (when given); else a `ValueError` or `TypeError`
         naming the family, what it expected and what it was given. Shapes are checked always,
         values (labels in range, probabilities in [0, 1], ...) only for concrete Y."""
-        Y = _as_array(Y, repr(self))
+        Y = _as_array(Y, self)
         shape = tuple(np.shape(Y))
-        if batched:
-            if not shape:
-                raise ValueError(f"{self!r}: a batch of targets needs a leading batch axis, "
-                                 "got a scalar")
-            example = jax.ShapeDtypeStruct(shape[1:], Y.dtype)
-        else:
-            example = jax.ShapeDtypeStruct(shape, Y.dtype)
-        expected = self.output_space(example)
+        if batched and not shape:
+            raise ValueError(f"{self!r}: a batch of targets needs a leading batch axis, "
+                             "got a scalar")
+        example_shape = shape[1:] if batched else shape
+        expected = self._output_space_of(example_shape, Y.dtype)
         if output_space is not None and tuple(expected.shape) != tuple(output_space.shape):
             raise ValueError(
-                f"{self!r}: targets of shape {_shape_str(example.shape)} (per example) belong to "
+                f"{self!r}: targets of shape {_shape_str(example_shape)} (per example) belong to "
                 f"outputs in {expected!r}, but the model's outputs lie in {output_space!r}")
         if _concrete(Y):
             self.check_values(np.asarray(Y), batched)
         return Y
+
+    def _output_space_of(self, shape, dtype) -> Space:
+        """`output_space` for a target of this shape and dtype, remembered (checking targets
+        runs once per training step)."""
+        try:
+            key = (self, shape, np.dtype(dtype))
+            hash(key)
+        except TypeError:
+            return self.output_space(jax.ShapeDtypeStruct(shape, dtype))
+        space = _SPACES.get(key)
+        if space is None:
+            space = self.output_space(jax.ShapeDtypeStruct(shape, dtype))
+            if len(_SPACES) >= 1024:
+                _SPACES.clear()
+            _SPACES[key] = space
+        return space
 
     # -- value semantics -------------------------------------------------------------------
     def _config(self) -> dict:
@@ -158,12 +172,19 @@ class LossFamily:
             return {}
 
     def _key(self):
+        cached = self.__dict__.get("_value_key")
+        if cached is not None:
+            return cached
         items = tuple(sorted(self._config().items()))
         try:
             hash(items)
         except TypeError:
             return (type(self), id(self))
-        return (type(self), items)
+        key = (type(self), items)
+        params = getattr(self, "__dataclass_params__", None)
+        if params is not None and params.frozen:  # immutable: the key can be kept
+            self.__dict__["_value_key"] = key
+        return key
 
     def __eq__(self, other):
         if not isinstance(other, LossFamily):
@@ -264,6 +285,8 @@ class SoftmaxCrossEntropy(LossFamily):
         labels = Y.ndim == (1 if batched else 0)
         if labels:
             k = self.classes
+            if Y.size == 0 or (Y.min() >= 0 and Y.max() < k):
+                return
             bad = (Y < 0) | (Y >= k)
             if np.any(bad):
                 i = np.argwhere(bad)[0]

@@ -168,6 +168,18 @@ def test_gauss_newton_with_a_user_family_is_jt_h_j(reduction):
     assert not np.allclose(H, np.eye(2))
 
 
+def test_gauss_newton_takes_a_plain_function_from_targets_to_losses():
+    rng, X, Y = data(8)
+    p = point(rng)
+
+    def family(y):  # y ↦ L_y, a plain function, wrapped as a family
+        return PseudoHuber(0.5)(y)
+
+    by_function = GaussNewton(damping=0.0).matrix(p, Context(MODEL, family, X, Y))
+    by_family = GaussNewton(damping=0.0).matrix(p, Context(MODEL, PseudoHuber(0.5), X, Y))
+    np.testing.assert_allclose(by_function, by_family, rtol=1e-12, atol=1e-14)
+
+
 def test_fisher_with_a_user_output_fisher_is_the_closed_form():
     rng, X, _ = data(3)
     Y = rng.poisson(1.5, size=(12, 2)).astype(float)
