@@ -3,6 +3,7 @@
 Knows nothing of learning. `lenses` builds on it.
 """
 
+from ._compose import check_composable
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
 from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
 from .para import Para, ParaChain, para_identity, para_of, slot_uses, tie, tying_map
@@ -11,6 +12,7 @@ from .smooth import (Smooth, constant, diagonal, discard, fst, identity, pair, p
 from .spaces import DomainError, OpenBall, OpenBox, Positive, Product, R, Space, euclidean
 
 __all__ = [
+    "check_composable",
     "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
     "Covector", "Linear", "Vector", "pairing", "identity_linear", "flatten_value", "unflatten_value", "unwrap",
     "Para", "ParaChain", "para_identity", "para_of", "tie", "tying_map", "slot_uses",

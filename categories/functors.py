@@ -4,7 +4,7 @@
   (x, f) ↦ df_x is a functor on pointed spaces: covariant, d(g∘f)_x = dg_{f x} ∘ df_x.
 - `dual(L)`: the transpose L* between cotangent spaces; contravariant, (B∘A)* = A*∘B*.
 - `pullback(f, x) = dual(D(f, x))`: the composite, contravariant; this is why the
-  backward pass runs in reverse order (theory: "Why the Backward Part Runs in Reverse").
+  backward pass runs in reverse order (paper_notes/03-composition-reverses.md).
 - `reverse_derivative(f)`: the smooth map R[f] : A × B* → A*, (x, y') ↦ (df_x)*(y'),
   by `jax.vjp` (a vector–Jacobian product; the Jacobian is never formed).
 """

@@ -4,7 +4,7 @@
 distinct pytree types. Both are vector spaces. A vector moves a point (`p - v`), a covector
 does not: it is a measurement on vectors (`cov(v)` is the pairing ⟨cov, v⟩), and turning it
 into a vector needs an inner product's sharp map. Keeping the two apart is what puts the
-choice of inner product in view (theory: "The Parameter Was Copied").
+choice of inner product in view (paper_notes/05-sharp-and-update.md).
 
 `Linear(dom, cod, apply)`: a linear map between tangent spaces (or, for a dual, between
 cotangent spaces); `.dual()` is its transpose, `>>` composes diagrammatically.
@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._compose import check_composable
 from .spaces import Space
 
 tree_map = jax.tree_util.tree_map
@@ -204,11 +205,8 @@ class Linear:
 
     def __rshift__(self, other: "Linear") -> "Linear":
         """Diagrammatic composite: first self, then other."""
-        if self.cod != other.dom or self.on != other.on:
-            raise TypeError(
-                f"cannot compose {self.name} : {self.dom!r} → {self.cod!r} with "
-                f"{other.name} : {other.dom!r} → {other.cod!r}"
-            )
+        check_composable(self, other, None if self.on == other.on else
+                         f"{self.name} acts on {self.on}, {other.name} on {other.on}")
         f, g = self.apply, other.apply
         ft, gt = self._transpose, other._transpose
         transpose = (lambda y: ft(gt(y))) if ft is not None and gt is not None else None

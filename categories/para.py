@@ -6,8 +6,8 @@ component keeping its own slot. The identity carries the terminal parameter obje
 A reparameterisation (2-cell) along a smooth r : Q → P turns (P, f) into (Q, f ∘ (1_A × r));
 weight tying is the reparameterisation along the diagonal Δ : P → P × P.
 
-`chain_parts`, `check_composable`, `tying_map` and `slot_uses` are shared with `lenses`, so
-that the rules (what composes, how slots are numbered, how uses are counted) are written once.
+`tying_map`, `tie` and `slot_uses` are shared with `lenses`, so that the rules (how slots are
+tied, how uses are counted) are written once.
 """
 
 from __future__ import annotations
@@ -17,30 +17,14 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
+from ._compose import check_composable
 from .smooth import Smooth
 from .spaces import Product, R, Space, euclidean
-
-
-def check_composable(f, g, what="compose") -> None:
-    """Raise a `TypeError` naming both things and both spaces unless f.cod == g.dom."""
-    if f.cod != g.dom:
-        raise TypeError(
-            f"cannot {what} {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
-            f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
-        )
 
 
 def chain_parts(f, g) -> tuple:
     """The flattened components of f ≫ g (a chain contributes its parts, anything else itself)."""
     return tuple(f.parts) + tuple(g.parts)
-
-
-def chain_param(parts) -> Product:
-    return Product(*(p.param for p in parts))
-
-
-def chain_name(parts) -> str:
-    return " ≫ ".join(p.name for p in parts)
 
 
 class Para:
@@ -85,7 +69,8 @@ class ParaChain(Para):
 
     def __init__(self, parts: Sequence[Para]):
         self._parts = tuple(parts)
-        super().__init__(parts[0].dom, parts[-1].cod, chain_param(parts), self._run, chain_name(parts))
+        super().__init__(parts[0].dom, parts[-1].cod, Product(*(p.param for p in parts)), self._run,
+                         " ≫ ".join(p.name for p in parts))
 
     @property
     def parts(self) -> tuple:
@@ -144,12 +129,16 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
 
     r = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
     r.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
+    # A left inverse P → Q (keep the first of the tied slots): how a point of P, such as an
+    # initial point, gives one of Q.
+    r.section = (lambda p: p[keep[0]]) if len(keep) == 1 else (lambda p: tuple(p[i] for i in keep))
     return r
 
 
-def tie(f: Para, slots: Sequence[int]) -> Para:
-    """Weight tying: `f.reparam(tying_map(f.param, slots))`."""
-    return f.reparam(tying_map(f.param, slots))
+def tie(f, slots: Sequence[int]):
+    """Weight tying, `f.reparam(tying_map(f.param, slots))`, for anything parameterised (a
+    `Para`, a parameterised lens): the shared slot receives the sum of its uses' covectors."""
+    return f.reparam(tying_map(f.param, slots), name=f"tie({f.name}, {sorted(set(int(s) for s in slots))})")
 
 
 def one_slot(r: Smooth) -> bool:
@@ -191,5 +180,5 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
 __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tying_map", "tie", "slot_uses",
-    "check_composable", "chain_parts", "one_slot",
+    "chain_parts", "one_slot",
 ]

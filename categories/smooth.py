@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 
+from ._compose import check_composable
 from .spaces import DomainError, Product, R, Space, euclidean
 
 tree_map = jax.tree_util.tree_map
@@ -33,12 +34,7 @@ class Smooth:
     def __rshift__(self, other: "Smooth") -> "Smooth":
         if not isinstance(other, Smooth):
             return NotImplemented
-        if self.cod != other.dom:
-            raise TypeError(
-                f"cannot compose {self.name} : {self.dom!r} → {self.cod!r} with "
-                f"{other.name} : {other.dom!r} → {other.cod!r}: "
-                f"codomain {self.cod!r} of {self.name} is not domain {other.dom!r} of {other.name}"
-            )
+        check_composable(self, other)
         f, g = self.fn, other.fn
         return Smooth(self.dom, other.cod, lambda x: g(f(x)), f"{self.name} ≫ {other.name}",
                       check=self._check)

@@ -1,17 +1,53 @@
-"""Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them."""
+"""Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them.
+
+The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
+`structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
+`metrics`, `natural`), then optimisers (`optimisers`), then the learner (`learner`); beside
+them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
+"""
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
+from .diagrams import diagram, draw, expression
+from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
+from .learner import Report, TrainState, TrainStep, accuracy, fit, predict, train_step
 from .lens import Lens, as_lens, lens_identity, lens_of
 from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
-from .para_lens import (Batched, Checkpointed, Parallel, ParaChain, ParaLens, Polymorphic, Reparam,
-                        batched, checkpoint, derived, n_params, tie, uses)
-from .structure import add, copy, discard
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
-from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, from_optax, gd, momentum, nesterov, sharp_transform, update)
-from .learner import Report, TrainState, TrainStep, accuracy, fit, predict, train_step
 from .natural import KFAC, Fisher, GaussNewton, output_fisher
-from .draw import diagram, draw, expression
-from .repeat import Repeat, Stacked, repeat, stacked
+from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain, from_optax, gd,
+                         momentum, nesterov, scale_by_adagrad, scale_by_adam,
+                         scale_by_learning_rate, scale_by_momentum, sharp, sharp_transform, update)
+from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
+                        derived, n_params, tie, uses)
+from .recompute import Checkpointed, checkpoint
+from .repetition import Repeat, Stacked, repeat, stacked
+from .structure import add, copy, discard
+
+__all__ = [
+    # lenses and their combinators
+    "ParaLens", "Layer", "Chain", "Parallel", "Reparam", "Checkpointed", "Repeat", "Batched",
+    "LensFamily", "family", "Affine", "Site",
+    "batched", "checkpoint", "repeat", "stacked", "Stacked", "tie", "uses", "n_params", "derived",
+    "copy", "discard", "add",
+    # layers
+    "dense", "linear", "bias", "conv2d", "max_pool", "avg_pool", "flatten", "residual",
+    "activation", "identity", "tanh", "sigmoid", "softplus", "gelu", "relu", "softmax",
+    # plain lenses
+    "Lens", "lens_of", "lens_identity", "as_lens",
+    # losses and inner products
+    "half_squared_error", "softmax_cross_entropy", "binary_cross_entropy", "dL", "batch_loss",
+    "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
+    "output_fisher", "ravel", "unflatten_like",
+    # optimisers
+    "Optimiser", "Update", "update", "gd", "momentum", "nesterov", "adagrad", "adam",
+    "from_optax", "sharp_transform", "NonFiniteError", "chain", "sharp", "scale_by_momentum",
+    "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
+    # learning
+    "TrainStep", "TrainState", "Report", "train_step", "fit", "predict", "accuracy",
+    # checks and pictures
+    "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
+    "describe_slope", "expression", "diagram", "draw",
+]

@@ -19,7 +19,7 @@ import numpy as np
 
 from categories import Smooth, Space, diagonal, identity, pair, projection
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
-from categories.para import check_composable
+from categories import check_composable
 
 from .para_lens import ParaLens, derived
 

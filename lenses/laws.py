@@ -28,7 +28,8 @@ from categories.linear import unwrap
 from . import layers
 from .lens import lens_identity as _lens_identity
 from .lens import lens_of as _lens_of
-from .para_lens import ParaLens, batched as _batched, checkpoint as _checkpoint
+from .para_lens import ParaLens, batched as _batched
+from .recompute import checkpoint as _checkpoint
 from .para_lens import tie as _tie, uses as _uses
 from .structure import add as _add_lens, copy as _copy, discard as _discard
 

@@ -1,8 +1,9 @@
 """Layers: parameterised lenses written per example (a batch is `batched(lens)`).
 
 Column convention: `dense(n_in, n_out)` has parameter (W, b), W of shape (n_out, n_in), one
-row per neuron, and computes W x + b. Activations, pooling and `flatten` take their spaces
-from what they are composed with. Parameterless layers have parameter object R^0.
+row per neuron, and computes W x + b (it declares so: `Affine`, which structured metrics
+read). Activations, pooling, `flatten` and `conv2d` are families (`lenses.families`): their
+spaces come from what they are composed with. Parameterless layers have parameter object R^0.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from jax import lax
 
 from categories import R, Space
 
-from .para_lens import ParaLens, Polymorphic
+from .families import LensFamily, family
+from .para_lens import Affine, Layer
 from .structure import add, copy
 
 
@@ -25,33 +27,33 @@ def _normal(key, shape, fan_in):
     return jax.random.normal(key, shape) / math.sqrt(max(fan_in, 1))
 
 
-def linear(n_in: int, n_out: int) -> ParaLens:
+def linear(n_in: int, n_out: int) -> Layer:
     """x ↦ W x : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in}."""
-    return ParaLens(R(n_in), R(n_out), R(n_out, n_in), lambda x, W: W @ x,
-                    name=f"linear({n_in}→{n_out})",
-                    init=lambda k: _normal(k, (n_out, n_in), n_in))
+    return Layer(R(n_in), R(n_out), R(n_out, n_in), lambda x, W: W @ x,
+                 name=f"linear({n_in}→{n_out})", structure=Affine(bias=False),
+                 init=lambda k: _normal(k, (n_out, n_in), n_in))
 
 
-def bias(n: int) -> ParaLens:
+def bias(n: int) -> Layer:
     """x ↦ x + b : R^n → R^n, parameters R^n (initialised at 0)."""
-    return ParaLens(R(n), R(n), R(n), lambda x, b: x + b, name=f"bias({n})",
-                    init=lambda k: jnp.zeros((n,)))
+    return Layer(R(n), R(n), R(n), lambda x, b: x + b, name=f"bias({n})",
+                 init=lambda k: jnp.zeros((n,)))
 
 
-def dense(n_in: int, n_out: int) -> ParaLens:
+def dense(n_in: int, n_out: int) -> Layer:
     """x ↦ W x + b : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in} × R^{n_out}."""
-    return ParaLens(R(n_in), R(n_out), R(n_out, n_in) * R(n_out),
-                    lambda x, Wb: Wb[0] @ x + Wb[1], name=f"dense({n_in}→{n_out})",
-                    init=lambda k: (_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
+    return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out),
+                 lambda x, Wb: Wb[0] @ x + Wb[1], name=f"dense({n_in}→{n_out})",
+                 structure=Affine(bias=True),
+                 init=lambda k: (_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
 
 
-def _elementwise(name: str, g, smooth=True) -> Polymorphic:
-    def make(A: Space) -> ParaLens:
-        return ParaLens(A, A, R(0), lambda x, p: g(x), name=name, smooth=smooth)
+def _elementwise(name: str, g, smooth=True) -> LensFamily:
+    def make(A: Space) -> Layer:
+        return Layer(A, A, R(0), lambda x, p: g(x), name=name, smooth=smooth)
 
-    family = Polymorphic(make, name, shape_preserving=True)
-    family.smooth = smooth  # the family is as smooth as its members (`relu.smooth` is False)
-    return family
+    # the family is as smooth as its members (`relu.smooth` is False)
+    return family(make, name, smooth=smooth, endo=True)
 
 
 identity = _elementwise("id", lambda x: x)
@@ -65,7 +67,7 @@ relu = _elementwise("relu", jax.nn.relu, smooth=False)
 softmax = _elementwise("softmax", lambda x: jax.nn.softmax(x, axis=-1))
 
 
-def activation(name: str, g, smooth: bool = True) -> Polymorphic:
+def activation(name: str, g, smooth: bool = True) -> LensFamily:
     """An elementwise (or shape-preserving) parameterless layer from a function g."""
     return _elementwise(name, g, smooth)
 
@@ -82,7 +84,7 @@ def _pair(k):
     return (k, k) if isinstance(k, int) else tuple(k)
 
 
-def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID") -> Polymorphic:
+def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID") -> LensFamily:
     """2-D convolution R^{C×H×W} → R^{C'×H'×W'}, parameters (K, b) with K of shape
     (C', C, kh, kw); per example, channels first. H and W come from the input space."""
     kernel, stride = _pair(kernel), _pair(stride)
@@ -95,17 +97,17 @@ def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID
                                      dimension_numbers=("NCHW", "OIHW", "NCHW"))[0]
         return y + b[:, None, None]
 
-    def make(A: Space) -> ParaLens:
+    def make(A: Space) -> Layer:
         if len(A.shape) != 3 or A.shape[0] != in_channels:
             raise TypeError(f"conv2d({in_channels}→{out_channels}) needs inputs R^{{{in_channels}×H×W}}, got {A!r}")
         P = R(out_channels, in_channels, *kernel) * R(out_channels)
         out = jax.eval_shape(fwd, jax.ShapeDtypeStruct(A.shape, jnp.float32),
                              (jax.ShapeDtypeStruct(P.factors[0].shape, jnp.float32),
                               jax.ShapeDtypeStruct((out_channels,), jnp.float32)))
-        return ParaLens(A, R(*out.shape), P, fwd, name=f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})",
-                        init=lambda k: (_normal(k, P.factors[0].shape, fan_in), jnp.zeros((out_channels,))))
+        return Layer(A, R(*out.shape), P, fwd, name=f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})",
+                     init=lambda k: (_normal(k, P.factors[0].shape, fan_in), jnp.zeros((out_channels,))))
 
-    return Polymorphic(make, f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})")
+    return family(make, f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})")
 
 
 def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
@@ -120,44 +122,46 @@ def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
                               (1,) + stride, pad)
         return y * scale(window)
 
-    def make(A: Space) -> ParaLens:
+    def make(A: Space) -> Layer:
         if len(A.shape) != 3:
             raise TypeError(f"{name} needs inputs R^{{C×H×W}}, got {A!r}")
         out = jax.eval_shape(lambda x: fwd(x, None), jax.ShapeDtypeStruct(A.shape, jnp.float32))
-        return ParaLens(A, R(*out.shape), R(0), fwd, name=f"{name}({window[0]}×{window[1]})",
-                        smooth=smooth)
+        return Layer(A, R(*out.shape), R(0), fwd, name=f"{name}({window[0]}×{window[1]})",
+                     smooth=smooth)
 
-    family = Polymorphic(make, f"{name}({window[0]}×{window[1]})")
-    family.smooth = smooth  # max_pool's family is not smooth, like its members
-    return family
+    # max_pool's family is not smooth, like its members
+    return family(make, f"{name}({window[0]}×{window[1]})", smooth=smooth)
 
 
-def max_pool(window, stride=None, padding="VALID") -> Polymorphic:
+def max_pool(window, stride=None, padding="VALID") -> LensFamily:
     """Max pooling over H and W of R^{C×H×W} (not smooth where two inputs tie)."""
     return _pool("max_pool", lax.max, -jnp.inf, window, stride, padding, lambda w: 1.0, False)
 
 
-def avg_pool(window, stride=None, padding="VALID") -> Polymorphic:
+def avg_pool(window, stride=None, padding="VALID") -> LensFamily:
     """Average pooling over H and W of R^{C×H×W} (linear, so smooth)."""
     return _pool("avg_pool", lax.add, 0.0, window, stride, padding,
                  lambda w: 1.0 / (w[0] * w[1]), True)
 
 
-def _flatten_at(A: Space) -> ParaLens:
-    return ParaLens(A, R(A.size), R(0), lambda x, p: jnp.reshape(x, (-1,)), name="flatten")
+def _flatten_at(A: Space) -> Layer:
+    return Layer(A, R(A.size), R(0), lambda x, p: jnp.reshape(x, (-1,)), name="flatten")
 
 
-flatten = Polymorphic(_flatten_at, "flatten")
+flatten = family(_flatten_at, "flatten")
 
 
-def residual(block: ParaLens) -> ParaLens:
-    """x ↦ x + block(x), built as copy ≫ (block ⊗ id) ≫ add; the block must be an endomorphism A → A."""
-    if isinstance(block, Polymorphic):
-        return Polymorphic(lambda A: residual(block.at(A)), f"residual({block.name})", block.shape_preserving)
+def _residual(block):
     if block.dom != block.cod:
         raise TypeError(f"residual needs a block A → A, got {block.name} : {block.dom!r} → {block.cod!r}")
     A = block.dom
     return copy(A) >> (block @ identity.at(A)) >> add(A)
+
+
+def residual(block):
+    """x ↦ x + block(x), built as copy ≫ (block ⊗ id) ≫ add; the block must be an endomorphism
+    A → A (a family gives the family of its members' residuals, every one A → A)."""
+    return block.lift(_residual, name=f"residual({block.name})", endo=True)
 
 
 __all__ = [

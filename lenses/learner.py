@@ -64,8 +64,7 @@ class TrainStep:
             opt = from_optax(opt)
         if not isinstance(opt, Optimiser):
             raise TypeError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
-        if getattr(model, "param", None) is None:
-            raise TypeError(f"{model!r} has no fixed spaces: give it a domain with .at(space)")
+        model = model.fixed("train_step") if hasattr(model, "fixed") else model
         self.model, self.loss_family, self.opt = model, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
@@ -162,6 +161,7 @@ _predictors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def predict(model, params, X):
     """The batched forward pass f(X, p) (compiled once per model)."""
+    model = model.fixed("predict")
     fn = _predictors.get(model)
     if fn is None:
         fn = _predictors[model] = jax.jit(lambda p, X: batched(model).forward(X, p))

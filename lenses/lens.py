@@ -9,7 +9,7 @@ ambient category's points); `ParaLens` wraps its results as `Covector`s.
 from __future__ import annotations
 
 from categories import Smooth, Space, reverse_derivative
-from categories.para import check_composable
+from categories import check_composable
 
 
 class Lens:

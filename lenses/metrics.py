@@ -3,7 +3,7 @@
 A covector p' ∈ T*_pP is not a point of P; a chosen inner product g_p on T_pP turns it into the
 unique vector representing it, (p')♯, with g_p((p')♯, v) = p'(v) for all v. The flat map is
 the inverse, v ↦ g_p(v, −). With the Euclidean inner product the choice is invisible
-(theory: "The Loss Closes the Loop").
+(paper_notes/05-sharp-and-update.md).
 
 Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)` and `inner(p, u, v, ctx)`. `ctx` is a
 `Context` (model, loss family, batch) for metrics that depend on the data (`GaussNewton`,

@@ -14,7 +14,8 @@ batch loss.
   `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
   given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
   parameter covectors g_i.
-- `KFAC`: block diagonal over the dense layers of a chain, each block (G_l ⊗ A_l) + λ I.
+- `KFAC`: block diagonal over the layers that declare an affine structure (`Affine`: dense,
+  linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`, wherever they sit.
 
 Sharp maps solve G x = p' and never invert G: by Cholesky on the dense matrix for parameter
 objects of dimension ≤ `dense_max` (`solver="auto"`), else by conjugate gradients with the
@@ -31,12 +32,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from categories import Covector, Product, Vector
+from categories import Covector, Vector
 from categories.linear import unwrap
 
 from .losses import dL, loss_family
 from .metrics import Context, Metric, ravel, unflatten_like
-from .para_lens import ParaChain, batched
+from .para_lens import Affine, at_path, batched
 
 tree_map = jax.tree_util.tree_map
 
@@ -255,25 +256,12 @@ class Fisher(GaussNewton):
 
 # -- KFAC ----------------------------------------------------------------------------------------
 
-def _slot_kind(part):
-    """How KFAC reads a chain part: 'dense' (x ↦ W x + b), 'linear' (x ↦ W x), None (no
-    parameters) or 'other'. The rule is structural: a part R^n → R^m whose parameter object is
-    R^{m×n} × R^m is taken to compute W x + b, and one whose parameter object is R^{m×n} to
-    compute W x (as `dense` and `linear` do)."""
-    P, dom, cod = part.param, part.dom, part.cod
-    if P.size == 0:
-        return None
-    flat = lambda S: not isinstance(S, Product)  # noqa: E731
-    if not (flat(dom) and flat(cod)):
-        return "other"
-    if isinstance(P, Product):
-        if len(P.factors) == 2 and all(flat(F) for F in P.factors):
-            W, b = P.factors[0].shape, P.factors[1].shape
-            if len(W) == 2 and b == (W[0],) and dom.shape == (W[1],) and cod.shape == (W[0],):
-                return "dense"
-        return "other"
-    W = P.shape
-    return "linear" if len(W) == 2 and dom.shape == (W[1],) and cod.shape == (W[0],) else "other"
+def _kind(site):
+    """How KFAC reads a parameterised slot, from what its lens declares: 'dense' (Affine with a
+    bias: x ↦ W x + b), 'linear' (Affine without: x ↦ W x) or None (nothing declared)."""
+    if isinstance(site.structure, Affine):
+        return "dense" if site.structure.bias else "linear"
+    return None
 
 
 def _to_theta(kind, t):
@@ -294,7 +282,7 @@ def _theta_to_ravel(kind, m, n_in):
 
 
 class KFAC(_DataMetric):
-    """g_p = ⊕_l (G_l ⊗ A_l + λ I) over the dense layers l of a chain (Kronecker-factored Fisher).
+    """g_p = ⊕_l (G_l ⊗ A_l + λ I) over the affine layers l of the model (Kronecker-factored Fisher).
 
     A_l = (1/n) Σ_i ā_i ā_iᵀ, ā the layer's input with a 1 appended for the bias, and
     G_l = s Σ_i B_iᵀ F_i B_i, B_i the Jacobian of the network output in the layer's output
@@ -306,8 +294,8 @@ class KFAC(_DataMetric):
 
     Sharp, per block, uses the eigen-decompositions G = U_G Γ U_Gᵀ, A = U_A Α U_Aᵀ: the damped
     block has eigenvalues γ_i α_j + λ, so X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ solves it
-    exactly (no split of the damping between the factors). Parameterised parts that are not
-    dense raise, or with `fallback="euclidean"` get the identity block.
+    exactly (no split of the damping between the factors). Parameterised slots whose lens
+    declares no affine structure raise, or with `fallback="euclidean"` get the identity block.
     """
 
     def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
@@ -321,16 +309,17 @@ class KFAC(_DataMetric):
         self.damping, self.curvature, self.fallback = float(damping), curvature, fallback
         self._output_fisher = output_fisher
 
-    def _layout(self, model, p):
-        chain = isinstance(model, ParaChain)
-        parts, ps = (model.parts, tuple(p)) if chain else ((model,), (p,))
-        kinds = [_slot_kind(part) for part in parts]
-        for part, kind in zip(parts, kinds):
-            if kind == "other" and self.fallback == "raise":
-                raise TypeError(f"KFAC factors dense layers only; {part.name} (parameters "
-                                f"{part.param!r}) is not one: use KFAC(fallback='euclidean') "
-                                "to give it the identity block, or another metric")
-        return parts, ps, kinds, chain
+    def _layout(self, model):
+        """The model's parameterised slots (`model.sites()`) and how each is read."""
+        sites = model.sites()
+        for site in sites:
+            if _kind(site) is None and self.fallback == "raise":
+                raise TypeError(f"KFAC factors layers that declare an affine structure (such as "
+                                f"dense and linear); {site.lens.name} (parameters "
+                                f"{site.lens.param!r}) declares none: use "
+                                "KFAC(fallback='euclidean') to give it the identity block, or "
+                                "another metric")
+        return sites
 
     def _curv(self, ctx):
         if self.curvature == "gauss-newton":
@@ -339,57 +328,50 @@ class KFAC(_DataMetric):
         return lambda z, y, v: F(z, v)
 
     def factors(self, p, ctx):
-        """Per slot, (A_l, G_l) for a dense or linear layer and None for any other."""
+        """Per parameterised slot (`model.sites()`), (A_l, G_l) for an affine layer, else None."""
         return self._run("_factors", p, None, ctx)
 
     def _factors(self, p, _, ctx):
         n, s = _data(ctx, "KFAC")
-        parts, ps, kinds, _ = self._layout(ctx.model, p)
-        idx = [i for i, k in enumerate(kinds) if k in ("dense", "linear")]
+        model, sites = ctx.model, self._layout(ctx.model)
+        idx = [i for i, site in enumerate(sites) if _kind(site)]
         curv, dtype = self._curv(ctx), ravel(p).dtype
 
         def one(x, y):
-            # Perturb each factored layer's output by δ_l; the Jacobian in δ_l at 0 is B_l,
-            # so one reverse sweep per output coordinate gives every layer's B at once.
+            # Perturb each factored layer's output by δ_l (`_probe`); the Jacobian in δ_l at 0
+            # is B_l, so one reverse sweep per output coordinate gives every layer's B at once.
             def run(deltas):
-                a, inputs = x, []
-                for i, (part, pi) in enumerate(zip(parts, ps)):
-                    if i in idx:
-                        inputs.append(a)
-                    a = part.forward(a, pi)
-                    if i in idx:
-                        a = a + deltas[idx.index(i)]
-                return ravel(a), (a, inputs)
+                inputs = []
+                z = model._probe(x, p, iter(deltas), inputs)
+                return ravel(z), (z, inputs)
 
-            zeros = [jnp.zeros(parts[i].cod.shape, dtype) for i in idx]
+            zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]
             Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
             H = _out_matrix(curv, z, y)
-            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)]) if kinds[i] == "dense" else a
+            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)]) if _kind(sites[i]) == "dense" else a
                     for i, a in zip(idx, inputs)]
             return abar, Bs, [H @ B for B in Bs]
 
         abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y)
-        out = [None] * len(parts)
+        out = [None] * len(sites)
         for j, i in enumerate(idx):
             out[i] = (jnp.einsum("ia,ib->ab", abar[j], abar[j]) / n,
                       s * jnp.einsum("ima,imb->ab", Bs[j], HBs[j]))
         return tuple(out)
 
     def _map(self, p, t, ctx, sharp):
-        _, ps, kinds, chain = self._layout(ctx.model, p)
-        ts = tuple(t) if chain else (t,)
-        out = []
-        for kind, f, tl in zip(kinds, self._factors(p, None, ctx), ts):
-            if f is None:  # no parameters (None), or the identity block of the fallback
-                out.append(tl)
+        sites, out = self._layout(ctx.model), t
+        for site, f in zip(sites, self._factors(p, None, ctx)):
+            if f is None:  # the identity block of the fallback
                 continue
+            kind = _kind(site)
             a, UA = jnp.linalg.eigh(f[0])
             g, UG = jnp.linalg.eigh(f[1])
             # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
             ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + self.damping
-            C = UG.T @ _to_theta(kind, tl) @ UA
-            out.append(_from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
-        return tuple(out) if chain else out[0]
+            C = UG.T @ _to_theta(kind, site.get(t)) @ UA
+            out = at_path(out, site.path, _from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
+        return out
 
     def _sharp(self, p, g, ctx):
         return self._map(p, g, ctx, True)
@@ -398,18 +380,16 @@ class KFAC(_DataMetric):
         return self._map(p, v, ctx, False)
 
     def _matrix(self, p, _, ctx):
-        # ⊕_l (G_l ⊗ A_l + λ I), each block reordered from vec(Θ) to ravel((W, b)).
-        parts, ps, kinds, _ = self._layout(ctx.model, p)
+        # ⊕_l (G_l ⊗ A_l + λ I), each block reordered from vec(Θ) to ravel((W, b)); the sites
+        # are the parameterised slots in the order of `ravel(p)`.
         blocks = []
-        for part, kind, f, pl in zip(parts, kinds, self._factors(p, None, ctx), ps):
-            d = ravel(pl).size
-            if d == 0:
-                continue
+        for site, f in zip(self._layout(ctx.model), self._factors(p, None, ctx)):
+            d = ravel(site.get(p)).size
             if f is None:
                 blocks.append(jnp.eye(d))
                 continue
             M = jnp.kron(f[1], f[0])
-            perm = _theta_to_ravel(kind, part.cod.shape[0], part.dom.shape[0])
+            perm = _theta_to_ravel(_kind(site), site.lens.cod.shape[0], site.lens.dom.shape[0])
             M = M if perm is None else M[perm][:, perm]
             blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
         return jax.scipy.linalg.block_diag(*blocks)

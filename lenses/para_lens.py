@@ -1,35 +1,275 @@
-"""Parameterised lenses: the triple (P, f, f') of the theory.
+"""Parameterised lenses (P, f, f') : A → B, and the one protocol every kind of lens implements.
 
-A `ParaLens` A → B with parameter object P has a forward part f : A × P → B and a backward part
-f' : A × P × B* → A* × P*, the pair of dual maps of f's two partial differentials. By default f'
-is derived from f with `jax.vjp`; a hand-written one may be supplied (`check_backward` compares
-it with the derived one and with central finite differences).
+A parameterised lens A → B with parameter object P has a forward part f : A × P → B and a
+backward part f' : A × P × B* → A* × P*, the pair of dual maps of f's two partial
+differentials. `ParaLens(dom, cod, param, forward)` builds the primitive kind, a `Layer`, whose
+backward part JAX derives (`jax.vjp`); a hand-written one may be supplied (`check_backward`
+compares it with the derived one and with central finite differences).
 
-Every lens is evaluated through one method, `_vjp(a, p, batched)`, which runs the forward part
-and returns the output with a pullback b' ↦ (a', p') that closes over the values the forward
-pass kept. Composition f ≫ g is defined once, in `ParaChain._vjp`: each component's forward
-runs once, then the pullbacks run in reverse order (g' first, f' second) at the stored f(a, p).
-With `batched=True` the same traversal runs over a leading batch axis: the forward parts are
-`jax.vmap`ped, and the parameter covectors come out **added** over the batch (the pullback of
-a vmapped map with respect to an unmapped argument sums, which is the theory's rule that
-covectors landing on one parameter object are added).
+Every kind of lens (layer, chain, parallel product, reparameterisation, recompute rule,
+repetition, ...) is a subclass of `ParaLens` and implements the protocol stated in its
+docstring; code outside the lens classes asks a lens through the protocol and never asks
+which class it is. Composition f ≫ g is defined once (`Chain`): each component's forward part
+runs once, then the pullbacks run in reverse order (g' first, f' second) at the kept values,
+by `sequence_vjp`, the one reverse-order loop of the library. A family of lenses whose spaces
+a neighbour fixes (`tanh`, `flatten`, `conv2d(...)`) is not a lens: see `lenses.families`.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Callable
+from abc import ABCMeta, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from categories import Covector, Product, R, Smooth, Space
+from categories import Covector, Product, Smooth, Space, check_composable
+from categories import tie as _tie_para
 from categories.linear import unwrap
-from categories.para import chain_param, check_composable, one_slot, slot_uses, tying_map
+from categories.para import one_slot, slot_uses
+
+from . import picture
 
 tree_map = jax.tree_util.tree_map
 
+
+# -- what structured metrics may read ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Affine:
+    """Declared by a layer R^n → R^m whose forward part is a ↦ W a + b (`bias=True`, parameter
+    (W, b)) or a ↦ W a (parameter W), W of shape (m, n): its Kronecker factors are built from
+    its input a and from the covector at its output W a (+ b)."""
+
+    bias: bool
+
+
+@dataclass(frozen=True)
+class Site:
+    """A parameterised slot of a model: the lens that owns it, the path of indices to its point
+    inside the model's parameter point, and the structure the lens declares (None: nothing)."""
+
+    lens: "ParaLens"
+    path: tuple
+    structure: Any = None
+
+    def get(self, p):
+        for i in self.path:
+            p = p[i]
+        return p
+
+
+def at_path(p, path: tuple, value):
+    """The point p with the entry at `path` replaced by `value` (tuples rebuilt, not mutated)."""
+    if not path:
+        return value
+    parts = list(p)
+    parts[path[0]] = at_path(parts[path[0]], path[1:], value)
+    return tuple(parts)
+
+
+# -- the one reverse-order loop ----------------------------------------------------------------
+
+def sequence_vjp(steps, a):
+    """Run `steps` = [(vjp, p), ...] in sequence, each forward part once, values kept; return
+    (output, pullback) where the pullback runs the steps' pullbacks in reverse order and gives
+    (input covector, tuple of the steps' parameter covectors in step order)."""
+    pulls = []
+    for vjp, p in steps:
+        a, pull = vjp(a, p)
+        pulls.append(pull)
+
+    def pullback(c):
+        dps = []
+        for pull in reversed(pulls):  # g' first, f' second, at the kept values
+            c, dp = pull(c)
+            dps.append(dp)
+        return c, tuple(reversed(dps))
+
+    return a, pullback
+
+
+# -- the protocol ------------------------------------------------------------------------------
+
+class _Builds(ABCMeta):
+    # `ParaLens(dom, cod, param, forward)` is the theory's (P, f, f'), derived f': it builds the
+    # primitive kind, `Layer`. Every other kind is built by its combinator.
+    def __call__(cls, *args, **kw):
+        return super().__call__(*args, **kw) if cls is not ParaLens else Layer(*args, **kw)
+
+
+class ParaLens(metaclass=_Builds):
+    """A parameterised lens (P, f, f') : A → B (abstract; `ParaLens(A, B, P, f)` builds a `Layer`).
+
+    Every kind of lens implements:
+
+    - spaces: attributes `dom` (A), `cod` (B), `param` (P), `name`, and `smooth` (whether f is
+      smooth, the theory's setting; `relu` is not);
+    - evaluation: `_apply(a, p, batched)`, the forward part, and `_vjp(a, p, batched)`, the
+      forward part with the pullback b' ↦ (a', p') at the kept values (raw pytrees); with
+      `batched` both run over a leading batch axis and parameter covectors are added over it;
+      `derives`: True when the backward part is JAX's derivation of `_apply` (no hand-written
+      backward part or rule of its own anywhere inside), so that runs of such lenses may be
+      handed to `jax.vjp` whole;
+    - structure: `children` (the lenses it is built from), `rebuild(children)` (the same kind
+      over other children), `parts` (its components in sequence: a chain's, else itself),
+      `uses()` (how many times each parameter slot is used, nested like the point),
+      `sites()` and `_probe(...)` (its parameterised slots and the structure they declare, read
+      by structured metrics such as KFAC);
+    - initial parameters: `init(key)`;
+    - description: `term(inside)` (its term in the lens expression), `picture()` (its piece of
+      the string diagram, a `lenses.picture` term), `atoms()` (its primitive lenses).
+    """
+
+    dom: Space
+    cod: Space
+    param: Space
+    name: str
+    smooth: bool = True
+    children: tuple = ()
+
+    # -- evaluation (per kind) ---------------------------------------------------------------
+    @abstractmethod
+    def _apply(self, a, p, batched: bool):
+        """The forward part f(a, p)."""
+
+    def _vjp(self, a, p, batched: bool):
+        """(f(a, p), pullback); by default JAX's derivation of the per-example `_apply`, over
+        the batch by one `vmap` of the whole (one trace, one vmap, one linearisation)."""
+        def f(a, p):
+            return self._apply(a, p, False)
+
+        return jax.vjp(jax.vmap(f, (0, None)) if batched else f, a, p)
+
+    @property
+    def derives(self) -> bool:
+        return all(c.derives for c in self.children)
+
+    # -- structure (per kind) ----------------------------------------------------------------
+    @abstractmethod
+    def rebuild(self, children: tuple) -> "ParaLens":
+        """The same kind of lens built over `children` instead of `self.children`."""
+
+    @property
+    def parts(self) -> tuple:
+        return (self,)
+
+    def uses(self):
+        """How many times each parameter slot is used: 1 for an ordinary slot, 0 for R^0, n for
+        a slot shared by n uses; nested like the parameter point."""
+        return 0 if self.param.size == 0 else 1
+
+    def sites(self) -> tuple:
+        """The parameterised slots, left to right, as `Site`s; a kind whose parameters are not
+        its children's points (a reparameterisation, a repetition) is one opaque site."""
+        return (Site(self, ()),) if self.param.size else ()
+
+    def _probe(self, a, p, deltas, inputs: list):
+        """The per-example forward part with the output of each site declaring `Affine`
+        perturbed by the next of `deltas`, and its input appended to `inputs` (left to right)."""
+        return self._apply(a, p, False)
+
+    def init(self, key):
+        """A random initial parameter point."""
+        return self.param.sample_interior(key)
+
+    # -- description (per kind) --------------------------------------------------------------
+    def term(self, inside: bool = False) -> str:
+        """The lens as a term in ≫ and ⊗; `inside` asks for brackets around a chain."""
+        return self.name
+
+    @abstractmethod
+    def picture(self) -> picture.Picture:
+        """Its piece of the string diagram."""
+
+    def atoms(self) -> list:
+        return [a for c in self.children for a in c.atoms()]
+
+    def type_str(self) -> str:
+        return f"{self.dom!r} → {self.cod!r}"
+
+    def param_repr(self) -> str:
+        return _param_str(self.param)
+
+    def __repr__(self) -> str:
+        return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param_repr()}"
+
+    # -- families and fixing -----------------------------------------------------------------
+    def is_fixed(self) -> bool:
+        """A lens has fixed spaces; a family (`lenses.families`) does not."""
+        return True
+
+    def fixed(self, who: str = "this") -> "ParaLens":
+        """The lens itself (a family raises, saying how to fix it)."""
+        return self
+
+    def lift(self, build: Callable, name: str | None = None, endo: bool | None = None):
+        """`build(self)`: how a combinator maps lenses to lenses (a family maps its members)."""
+        return build(self)
+
+    def after(self, A: Space) -> "ParaLens":
+        """What follows a lens with codomain A: a lens as it is (a family fixes itself at A)."""
+        return self
+
+    # -- public evaluation -------------------------------------------------------------------
+    def _check_point(self, a, p):
+        self.dom.check(a, f"the input of {self.name}")
+        self.param.check(p, f"the parameter of {self.name}")
+
+    def forward(self, a, p):
+        """f(a, p) for one example."""
+        self._check_point(a, p)
+        return self._apply(a, p, False)
+
+    __call__ = forward
+
+    def vjp(self, a, p):
+        """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
+        self._check_point(a, p)
+        b, pull = self._vjp(a, p, False)
+        return b, self._wrap(pull)
+
+    def backward(self, a, p, b_cov):
+        """f'(a, p, b') = (a', p'): Covectors on A and on P."""
+        return self.vjp(a, p)[1](b_cov)
+
+    def _wrap(self, pull, dom: Space | None = None):
+        dom, param = dom or self.dom, self.param
+
+        def pullback(b_cov):
+            da, dp = pull(unwrap(b_cov))
+            return Covector(da, dom), Covector(dp, param)
+
+        return pullback
+
+    # -- composition -------------------------------------------------------------------------
+    def __rshift__(self, other):
+        if not hasattr(other, "after"):
+            return NotImplemented
+        other = other.after(self.cod)
+        check_composable(self, other)
+        return Chain(self.parts + other.parts)
+
+    def __matmul__(self, other):
+        if not hasattr(other, "after"):
+            return NotImplemented
+        if not other.is_fixed():
+            return NotImplemented  # the family puts itself beside this lens (`__rmatmul__`)
+        return Parallel(self, other)
+
+    def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None):
+        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
+        return self.lift(lambda lens: Reparam(lens, r, init, name))
+
+
+def _param_str(space: Space) -> str:
+    if isinstance(space, Product):
+        return "×".join(_param_str(f) for f in space.factors) or "R^0"
+    return repr(space)
+
+
+# -- the primitive kind ------------------------------------------------------------------------
 
 def _abstract(space: Space):
     """A ShapeDtypeStruct pytree standing for a point of `space` (for shape inference)."""
@@ -45,11 +285,7 @@ def _shape_mismatch(space: Space, x) -> str | None:
     if isinstance(space, Product):
         if not isinstance(x, tuple) or len(x) != len(space.factors):
             return f"expected a tuple of {len(space.factors)} for {space!r}, got {type(x).__name__}"
-        for f, xi in zip(space.factors, x):
-            why = _shape_mismatch(f, xi)
-            if why:
-                return why
-        return None
+        return next((w for w in map(_shape_mismatch, space.factors, x) if w), None)
     if space.is_terminal:
         return None if x is None else f"expected None for R^0, got shape {getattr(x, 'shape', x)}"
     shape = getattr(x, "shape", None)
@@ -58,26 +294,23 @@ def _shape_mismatch(space: Space, x) -> str | None:
     return None
 
 
-def _param_str(space: Space) -> str:
-    if isinstance(space, Product):
-        return "×".join(_param_str(f) for f in space.factors) or "R^0"
-    return repr(space)
+class Layer(ParaLens):
+    """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
-
-class ParaLens:
-    """A parameterised lens (P, f, f') : A → B."""
-
-    smooth = True
+    `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
+    `node=True` draws it as a dot, as copy, add and discard are drawn."""
 
     def __init__(self, dom: Space, cod: Space, param: Space, forward: Callable,
                  backward: Callable | None = None, name: str | None = None,
-                 init: Callable | None = None, smooth: bool = True, check: bool = True):
+                 init: Callable | None = None, smooth: bool = True, check: bool = True,
+                 structure: Any = None, node: bool = False):
+        for what, space in (("domain", dom), ("codomain", cod), ("parameter object", param)):
+            if not isinstance(space, Space):
+                raise TypeError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
         self.dom, self.cod, self.param = dom, cod, param
-        self._forward = forward
-        self._backward = backward
+        self._forward, self._backward, self._init = forward, backward, init
         self.name = name or getattr(forward, "__name__", "f")
-        self._init = init
-        self.smooth = smooth
+        self.smooth, self.structure, self.node = bool(smooth), structure, node
         if check:
             self._check_forward_shape()
 
@@ -92,233 +325,203 @@ class ParaLens:
             raise TypeError(f"the forward part of {self.name} does not land in its codomain "
                             f"{self.cod!r}: {why}")
 
-    # -- the one evaluation method -----------------------------------------------------------
     @property
-    def parts(self) -> tuple:
-        return (self,)
+    def derives(self) -> bool:
+        return self._backward is None
 
-    @property
-    def _derives(self) -> bool:
-        """True when this lens's backward part is the one JAX derives from `_apply` (no
-        hand-written backward part and no rule of its own, such as recomputation, anywhere
-        inside), so that a run of such lenses may be handed to `jax.vjp` as one composite."""
-        return self._backward is None and type(self)._vjp is ParaLens._vjp
+    def _apply(self, a, p, batched):
+        return (jax.vmap(self._forward, (0, None)) if batched else self._forward)(a, p)
 
-    def _vjp(self, a, p, batched: bool):
-        f = jax.vmap(self._forward, (0, None)) if batched else self._forward
+    def _vjp(self, a, p, batched):
         if self._backward is None:
-            b, pull = jax.vjp(f, a, p)
-            return b, pull
-        b = f(a, p)
-        back = self._backward
+            return ParaLens._vjp(self, a, p, batched)
+        b, back = self._apply(a, p, batched), self._backward
         if not batched:
             return b, lambda bc: back(a, p, bc)
 
-        def pull(bc):
+        def pull(bc):  # per example, then the parameter covectors added over the batch
             da, dp = jax.vmap(back, (0, None, 0))(a, p, bc)
             return da, tree_map(lambda x: jnp.sum(x, axis=0), dp)
 
         return b, pull
 
-    def _apply(self, a, p, batched: bool):
-        return (jax.vmap(self._forward, (0, None)) if batched else self._forward)(a, p)
+    def rebuild(self, children):
+        return self
 
-    # -- public evaluation -------------------------------------------------------------------
-    def _check_point(self, a, p):
-        self.dom.check(a, f"the input of {self.name}")
-        self.param.check(p, f"the parameter of {self.name}")
+    def sites(self):
+        return (Site(self, (), self.structure),) if self.param.size else ()
 
-    def forward(self, a, p):
-        """f(a, p) for one example."""
-        self._check_point(a, p)
-        return self._apply(a, p, False)
+    def _probe(self, a, p, deltas, inputs):
+        if not isinstance(self.structure, Affine):
+            return self._apply(a, p, False)
+        inputs.append(a)
+        return self._apply(a, p, False) + next(deltas)
 
-    __call__ = forward
-
-    def vjp(self, a, p):
-        """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, using the stored forward values."""
-        self._check_point(a, p)
-        b, pull = self._vjp(a, p, False)
-        return b, self._wrap(pull)
-
-    def backward(self, a, p, b_cov):
-        """f'(a, p, b') = (a', p'): Covectors on A and on P."""
-        return self.vjp(a, p)[1](b_cov)
-
-    def _wrap(self, pull):
-        dom, param = self.dom, self.param
-
-        def pullback(b_cov):
-            da, dp = pull(unwrap(b_cov))
-            return Covector(da, dom), Covector(dp, param)
-
-        return pullback
-
-    # -- composition -------------------------------------------------------------------------
-    def __rshift__(self, other: "ParaLens") -> "ParaLens":
-        if not isinstance(other, ParaLens):
-            return NotImplemented
-        left, right = self, other
-        if isinstance(right, Polymorphic) and not isinstance(left, Polymorphic):
-            right = right.at(left.cod)
-        elif isinstance(left, Polymorphic) and not isinstance(right, Polymorphic):
-            left = left.at_cod(right.dom)
-        elif isinstance(left, Polymorphic):
-            family = Polymorphic(lambda A: left.at(A) >> right, f"{left.name} ≫ {right.name}",
-                                 left.shape_preserving and right.shape_preserving)
-            family.smooth = left.smooth and right.smooth
-            return family
-        return _then(left, right)
-
-    def __matmul__(self, other: "ParaLens") -> "ParaLens":
-        return Parallel(self, other)
-
-    def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None) -> "ParaLens":
-        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
-        return Reparam(self, r, init, name)
-
-    # -- initial parameters, description -----------------------------------------------------
     def init(self, key):
-        """A random initial parameter point (the layer's own initialiser)."""
-        if self._init is not None:
-            return self._init(key)
-        return self.param.sample_interior(key)
+        return self._init(key) if self._init is not None else self.param.sample_interior(key)
 
-    def __repr__(self) -> str:
-        return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param_repr()}"
+    def picture(self):
+        if self.node and self.param.size == 0:
+            return picture.Dot(self.name, self.dom, self.cod)
+        return picture.Boxed(self.name, self.dom, self.cod, self.param)
 
-    def param_repr(self) -> str:
-        ps = self.param.factors if isinstance(self, ParaChain) else (self.param,)
-        return " × ".join(_param_str(p) for p in ps)
+    def atoms(self):
+        return [self]
 
 
-def _then(f: ParaLens, g: ParaLens) -> "ParaChain":
-    check_composable(f, g)
-    return ParaChain(f.parts + g.parts)
+# -- composition and the parallel product ------------------------------------------------------
 
-
-class ParaChain(ParaLens):
-    """f_1 ≫ ... ≫ f_n, parameters P_1 × ... × P_n: the composition rule of the theory."""
+class Chain(ParaLens):
+    """f_1 ≫ ... ≫ f_n, parameters P_1 × ... × P_n (one slot per component, however bracketed):
+    the composition rule of the theory."""
 
     def __init__(self, parts):
-        self._parts = tuple(parts)
-        ParaLens.__init__(self, parts[0].dom, parts[-1].cod, chain_param(parts), self._run,
-                          name=" ≫ ".join(p.name for p in parts), check=False)
+        self.children = tuple(parts)
+        self.dom, self.cod = parts[0].dom, parts[-1].cod
+        self.param = Product(*(p.param for p in parts))
+        self.name = " ≫ ".join(p.name for p in parts)
         self.smooth = all(p.smooth for p in parts)
+        self._runs = _runs(self.children)
+        self._pieces = tuple(self.children[lo] if hi - lo == 1 else _Run(self.children[lo:hi])
+                             for lo, hi in self._runs)
 
     @property
     def parts(self):
-        return self._parts
+        return self.children
 
-    def _run(self, a, ps):
-        return self._apply(a, ps, False)
+    def rebuild(self, children):
+        return Chain(children)
 
     def _apply(self, a, ps, batched):
-        for part, p in zip(self._parts, ps):
+        for part, p in zip(self.children, ps):
             a = part._apply(a, p, batched)
         return a
 
-    @property
-    def _derives(self):
-        return all(part._derives for part in self._parts)
-
-    @property
-    def _runs(self):
-        """The components cut into maximal runs [lo, hi) of lenses whose backward parts JAX
-        derives (a lens with its own backward part is a run of one)."""
-        if self.__dict__.get("_runs_cache") is None:
-            runs, lo = [], 0
-            for i, part in enumerate(self._parts):
-                if not part._derives:
-                    if lo < i:
-                        runs.append((lo, i))
-                    runs.append((i, i + 1))
-                    lo = i + 1
-            if lo < len(self._parts):
-                runs.append((lo, len(self._parts)))
-            self._runs_cache = tuple(runs)
-        return self._runs_cache
-
     def _vjp(self, a, ps, batched):
         # A run of derived components goes to JAX as one composite: its reverse mode applies
-        # this same rule (pullbacks in reverse order at the kept forward values), and the run
-        # is traced once, not once per component (one trace, one vmap, one linearisation).
-        pulls = []
-        for lo, hi in self._runs:  # forward: each component once, values kept
-            if hi - lo == 1:
-                a, pull = self._parts[lo]._vjp(a, ps[lo], batched)
-            else:
-                run = _run_of(self._parts[lo:hi])
-                a, pull = jax.vjp(jax.vmap(run, (0, None)) if batched else run, a, tuple(ps[lo:hi]))
-            pulls.append(pull)
+        # this same rule (pullbacks in reverse at the kept values), and the run is traced once,
+        # not once per component (one trace, one vmap, one linearisation). Every other
+        # component runs its own backward part, in reverse, through `sequence_vjp`.
+        steps = [(lambda a, p, piece=piece: piece._vjp(a, p, batched),
+                  ps[lo] if hi - lo == 1 else tuple(ps[lo:hi]))
+                 for (lo, hi), piece in zip(self._runs, self._pieces)]
+        b, pull = sequence_vjp(steps, a)
 
-        def pullback(c):  # backward: reverse order, at the kept values
-            dps = [None] * len(self._parts)
-            for (lo, hi), pull in zip(reversed(self._runs), reversed(pulls)):
-                if hi - lo == 1:
-                    c, dps[lo] = pull(c)
-                else:
-                    c, dps[lo:hi] = pull(c)
-            return c, tuple(dps)
+        def pullback(c):
+            c, dps = pull(c)
+            flat = []
+            for (lo, hi), dp in zip(self._runs, dps):
+                flat.extend([dp] if hi - lo == 1 else dp)
+            return c, tuple(flat)
 
-        return a, pullback
+        return b, pullback
 
-    def init(self, key):
-        keys = jax.random.split(key, len(self._parts))
-        return tuple(part.init(k) for part, k in zip(self._parts, keys))
+    def uses(self):
+        return tuple(p.uses() for p in self.children)
 
+    def sites(self):
+        return _nested_sites(self.children)
 
-def _run_of(parts):
-    """The per-example forward part of the composite of `parts`."""
-    def run(a, ps):
-        for part, p in zip(parts, ps):
-            a = part._apply(a, p, False)
+    def _probe(self, a, ps, deltas, inputs):
+        for part, p in zip(self.children, ps):
+            a = part._probe(a, p, deltas, inputs)
         return a
 
-    return run
+    def init(self, key):
+        keys = jax.random.split(key, len(self.children))
+        return tuple(part.init(k) for part, k in zip(self.children, keys))
+
+    def term(self, inside=False):
+        body = " ≫ ".join(p.term(True) for p in self.children)
+        return f"({body})" if inside else body
+
+    def picture(self):
+        return picture.Then(tuple(p.picture() for p in self.children))
+
+    def param_repr(self):
+        return " × ".join(_param_str(p.param) for p in self.children)
+
+
+def _runs(parts) -> tuple:
+    """The components cut into maximal runs [lo, hi) of lenses whose backward parts JAX
+    derives (a lens with its own backward part is a run of one)."""
+    runs, lo = [], 0
+    for i, part in enumerate(parts):
+        if not part.derives:
+            runs += [(lo, i)] if lo < i else []
+            runs.append((i, i + 1))
+            lo = i + 1
+    return tuple(runs + ([(lo, len(parts))] if lo < len(parts) else []))
+
+
+class _Run:
+    """A run of derived components, differentiated by JAX as one composite."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def _apply(self, a, ps, batched):
+        for part, p in zip(self.parts, ps):
+            a = part._apply(a, p, batched)
+        return a
+
+    _vjp = ParaLens._vjp
+
+
+def _nested_sites(children) -> tuple:
+    return tuple(Site(s.lens, (i,) + s.path, s.structure)
+                 for i, c in enumerate(children) for s in c.sites())
 
 
 class Parallel(ParaLens):
     """f ⊗ g : A × C → B × D with parameters P × Q (the monoidal product, written `f @ g`)."""
 
     def __init__(self, f: ParaLens, g: ParaLens):
-        for h in (f, g):
-            if isinstance(h, Polymorphic):
-                raise TypeError(f"{h.name} has no fixed space: give it one (e.g. {h.name}.at(R(3))) "
-                                "before putting it in parallel")
-        self.f, self.g = f, g
-        ParaLens.__init__(self, f.dom * g.dom, f.cod * g.cod, f.param * g.param, self._run,
-                          name=f"({f.name} ⊗ {g.name})", check=False)
+        self.children = (f, g)
+        self.dom, self.cod, self.param = f.dom * g.dom, f.cod * g.cod, f.param * g.param
+        self.name = f"({f.name} ⊗ {g.name})"
         self.smooth = f.smooth and g.smooth
 
-    def _run(self, a, p):
-        return self._apply(a, p, False)
+    def rebuild(self, children):
+        return Parallel(*children)
 
     def _apply(self, ac, pq, batched):
-        return (self.f._apply(ac[0], pq[0], batched), self.g._apply(ac[1], pq[1], batched))
-
-    @property
-    def _derives(self):
-        return self.f._derives and self.g._derives
+        return tuple(h._apply(x, p, batched) for h, x, p in zip(self.children, ac, pq))
 
     def _vjp(self, ac, pq, batched):
-        b, pf = self.f._vjp(ac[0], pq[0], batched)
-        d, pg = self.g._vjp(ac[1], pq[1], batched)
+        (b, pf), (d, pg) = (h._vjp(x, p, batched) for h, x, p in zip(self.children, ac, pq))
 
         def pullback(bd):
-            da, dp = pf(bd[0])
-            dc, dq = pg(bd[1])
+            (da, dp), (dc, dq) = pf(bd[0]), pg(bd[1])
             return (da, dc), (dp, dq)
 
         return (b, d), pullback
 
+    def uses(self):
+        return tuple(h.uses() for h in self.children)
+
+    def sites(self):
+        return _nested_sites(self.children)
+
+    def _probe(self, ac, pq, deltas, inputs):
+        return tuple(h._probe(x, p, deltas, inputs) for h, x, p in zip(self.children, ac, pq))
+
     def init(self, key):
-        k1, k2 = jax.random.split(key)
-        return (self.f.init(k1), self.g.init(k2))
+        return tuple(h.init(k) for h, k in zip(self.children, jax.random.split(key)))
+
+    def term(self, inside=False):
+        f, g = self.children
+        return f"({f.term(True)} ⊗ {g.term(True)})"
+
+    def picture(self):
+        return picture.Beside(tuple(h.picture() for h in self.children))
 
     def param_repr(self):
-        return f"({self.f.param_repr()}) × ({self.g.param_repr()})"
+        f, g = self.children
+        return f"({f.param_repr()}) × ({g.param_repr()})"
 
+
+# -- reparameterisation (2-cells) --------------------------------------------------------------
 
 class Reparam(ParaLens):
     """(Q, f ∘ (1_A × r)) for r : Q → P; the parameter covector is pulled back through R[r]."""
@@ -327,20 +530,20 @@ class Reparam(ParaLens):
         if r.cod != lens.param:
             raise TypeError(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")
-        self.lens, self.r = lens, r
-        ParaLens.__init__(self, lens.dom, lens.cod, r.dom, self._run,
-                          name=name or f"{lens.name}[{r.name}]", init=init, check=False)
+        self.children, self.r, self._init = (lens,), r, init
+        self.dom, self.cod, self.param = lens.dom, lens.cod, r.dom
+        self.name = name or f"{lens.name}[{r.name}]"
         self.smooth = lens.smooth
 
-    def _run(self, a, q):
-        return self._apply(a, q, False)
+    @property
+    def lens(self):
+        return self.children[0]
+
+    def rebuild(self, children):
+        return Reparam(children[0], self.r, self._init, self.name)
 
     def _apply(self, a, q, batched):
         return self.lens._apply(a, self.r.fn(q), batched)
-
-    @property
-    def _derives(self):
-        return self.lens._derives
 
     def _vjp(self, a, q, batched):
         p, r_pull = jax.vjp(self.r.fn, q)
@@ -352,215 +555,103 @@ class Reparam(ParaLens):
 
         return b, pullback
 
-
-def tie(lens: ParaLens, slots) -> ParaLens:
-    """Share parameter slots along the diagonal; the shared slot receives the sum of the covectors."""
-    r = tying_map(lens.param, slots)
-    keep = sorted(set(range(len(lens.param.factors))) - set(sorted(slots)[1:]))
-
-    def init(key):
-        p = lens.init(key)
-        return p[keep[0]] if len(keep) == 1 else tuple(p[i] for i in keep)
-
-    return Reparam(lens, r, init=init, name=f"tie({lens.name}, {sorted(slots)})")
-
-
-def uses(lens: ParaLens):
-    """How many times each parameter slot is used: 1 for an ordinary slot, 0 for R^0,
-    n for a slot shared by n uses; nested like the parameter point."""
-    if isinstance(lens, Checkpointed):
-        return uses(lens.lens)
-    if isinstance(lens, ParaChain):
-        return tuple(uses(p) for p in lens.parts)
-    if isinstance(lens, Parallel):
-        return (uses(lens.f), uses(lens.g))
-    if isinstance(lens, Reparam):
-        inner = uses(lens.lens)
-        inner = inner if isinstance(lens.r.cod, Product) else (inner,)
-        counts = slot_uses(lens.r, [_total(u) for u in inner])
-        return counts[0] if one_slot(lens.r) else counts
-    return 0 if lens.param.size == 0 else 1
-
-
-def _total(u) -> int:
-    return max(jax.tree_util.tree_leaves(u), default=0) if isinstance(u, tuple) else u
-
-
-def _always_true():
-    """A true predicate that XLA cannot evaluate at compile time (a draw u ∈ [0, 1) and u < 2).
-
-    XLA's CPU pipeline drops optimisation barriers before common-subexpression elimination, so
-    a recomputation in the same computation as the forward pass is merged back into it and
-    nothing is saved (`jax.checkpoint` itself saves nothing there). A branch of a conditional
-    is a computation of its own, out of CSE's reach; this predicate keeps the branch taken.
-    """
-    return lax.rng_uniform(jnp.float32(0), jnp.float32(1), ()) < 2
-
-
-def _recomputing_vjp(inner: ParaLens, a, p, batched: bool, policy=None):
-    """The recompute rule for one lens: keep (a, p) only; run inner's own forward and backward
-    parts again (hand-written ones included) when the covector arrives."""
-    if policy is not None:  # JAX's remat decides what is kept (its derivation of the forward)
-        return jax.vjp(jax.checkpoint(lambda a, p: inner._apply(a, p, batched), policy=policy), a, p)
-
-    @jax.custom_vjp
-    def f(a, p):
-        return inner._apply(a, p, batched)
-
-    def f_fwd(a, p):
-        return inner._apply(a, p, batched), (a, p)
-
-    def f_bwd(res, bc):
-        def again(args):
-            a, p, bc = args
-            return inner._vjp(a, p, batched)[1](bc)
-
-        def never(args):  # not taken; it only gives the conditional its second branch
-            return tree_map(jnp.zeros_like, args[:2])
-
-        return lax.cond(_always_true(), again, never, (*res, bc))
-
-    f.defvjp(f_fwd, f_bwd)
-    return jax.vjp(f, a, p)
-
-
-class Checkpointed(ParaLens):
-    """The recompute rule: same values and covectors, but the backward pass recomputes the
-    forward values from (a, p) instead of keeping them.
-
-    With `segments=k` a chain is cut into k consecutive runs of components, each recomputed
-    on its own: the forward pass keeps only the k values entering the runs, and the backward
-    pass holds the intermediates of one run at a time (k ≈ √n gives memory ∝ √n for n
-    components, at the price of one more forward evaluation). The parameter point is the
-    lens's own, one slot per component."""
-
-    def __init__(self, lens: ParaLens, policy=None, segments=None):
-        self.lens, self.policy = lens, policy
-        n = len(lens.parts) if isinstance(lens, ParaChain) else 1
-        if segments is None:
-            k = 1
-        elif segments == "sqrt":
-            k = max(1, round(math.sqrt(n)))
-        elif isinstance(segments, int) and segments >= 1:
-            k = min(segments, n)
-        else:
-            raise ValueError(f"segments must be a positive integer or 'sqrt', got {segments!r}")
-        self.segments = tuple((n * i // k, n * (i + 1) // k) for i in range(k))
-        self._pieces = (lens,) if k == 1 else tuple(
-            ParaChain(lens.parts[lo:hi]) if hi - lo > 1 else lens.parts[lo] for lo, hi in self.segments)
-        name = f"checkpoint({lens.name})" if segments is None else f"checkpoint({lens.name}, segments={k})"
-        ParaLens.__init__(self, lens.dom, lens.cod, lens.param, self._run, name=name, check=False)
-        self.smooth = lens.smooth
-
-    def _run(self, a, p):
-        return self.lens._apply(a, p, False)
-
-    def _apply(self, a, p, batched):
-        return self.lens._apply(a, p, batched)
-
-    def _vjp(self, a, p, batched):
-        if len(self._pieces) == 1:
-            return _recomputing_vjp(self.lens, a, p, batched, self.policy)
-        pulls = []
-        for (lo, hi), piece in zip(self.segments, self._pieces):
-            a, pull = _recomputing_vjp(piece, a, tuple(p[lo:hi]) if hi - lo > 1 else p[lo],
-                                       batched, self.policy)
-            pulls.append(pull)
-
-        def pullback(c):
-            dps = [None] * len(self.lens.parts)
-            for (lo, hi), pull in zip(reversed(self.segments), reversed(pulls)):
-                c, dp = pull(c)
-                if hi - lo > 1:
-                    dps[lo:hi] = dp
-                else:
-                    dps[lo] = dp
-            return c, tuple(dps)
-
-        return a, pullback
+    def uses(self):
+        inner = self.lens.uses()
+        inner = inner if isinstance(self.r.cod, Product) else (inner,)
+        total = lambda u: max(jax.tree_util.tree_leaves(u), default=0)  # noqa: E731
+        counts = slot_uses(self.r, [total(u) for u in inner])
+        return counts[0] if one_slot(self.r) else counts
 
     def init(self, key):
-        return self.lens.init(key)
+        if self._init is not None:
+            return self._init(key)
+        section = getattr(self.r, "section", None)  # a tying map's left inverse: keep slots
+        return section(self.lens.init(key)) if section else self.param.sample_interior(key)
 
-    def param_repr(self):
-        return self.lens.param_repr()
+    def term(self, inside=False):
+        inner = self.lens
+        if self.name != f"{inner.name}[{self.r.name}]" and inner.name in self.name:
+            # a named reparameterisation (e.g. `tie`) that quotes its lens: keep the user's name
+            return self.name.replace(inner.name, inner.term(), 1)
+        return f"{inner.term(True)}[{self.r.name}]"
+
+    def picture(self):
+        return picture.Framed(f"reparam {self.r.name}", self.lens.picture(), self.param)
 
 
-def checkpoint(lens: ParaLens, policy=None, segments=None) -> ParaLens:
-    """The recompute rule (gradient checkpointing) for `lens`; `segments=k` (or "sqrt") cuts a
-    chain into k runs recomputed one at a time."""
-    return Checkpointed(lens, policy, segments)
-
-
-class Polymorphic(ParaLens):
-    """A lens family whose spaces are fixed by what it is composed with (activations,
-    `flatten`, pooling): `layer.at(A)` gives the lens with domain A."""
-
-    def __init__(self, make: Callable[[Space], ParaLens], name: str, shape_preserving=False):
-        self._make, self.name = make, name
-        self.shape_preserving = shape_preserving
-        self.dom = self.cod = self.param = None
-        self.smooth = True
-        self._cache = {}
-
-    def at(self, A: Space) -> ParaLens:
-        if A not in self._cache:
-            self._cache[A] = self._make(A)
-        return self._cache[A]
-
-    def at_cod(self, B: Space) -> ParaLens:
-        if not self.shape_preserving:
-            raise TypeError(f"{self.name} cannot infer its domain from what follows it ({B!r}): "
-                            f"give it one, e.g. {self.name}.at(R(...))")
-        return self.at(B)
-
-    def _vjp(self, a, p, batched):
-        raise TypeError(f"{self.name} has no fixed domain yet: use {self.name}.at(space)")
-
-    _apply = _vjp
-
-    def __repr__(self):
-        return f"{self.name} (any domain)"
-
+# -- views and helpers -------------------------------------------------------------------------
 
 class Batched:
-    """The per-example traversal of `lens` over a leading batch axis of the input.
-
-    The parameter covectors of the examples are **added** (the batch score is a sum of
-    per-example scores; theory: "The Loss Closes the Loop").
-    """
+    """The per-example traversal of `lens` over a leading batch axis of the input: the
+    parameter covectors of the examples are **added** (the batch score is a sum of
+    per-example scores)."""
 
     def __init__(self, lens: ParaLens):
         self.lens = lens
+        self.name = f"batched({lens.name})"
+        self.param = lens.param
 
-    def forward(self, A, p):
+    def is_fixed(self) -> bool:
+        return True
+
+    def _check(self, X, p):
         self.lens.param.check(p, f"the parameter of {self.lens.name}")
-        return self.lens._apply(A, p, True)
+
+    def forward(self, X, p):
+        self._check(X, p)
+        return self.lens._apply(X, p, True)
 
     __call__ = forward
 
-    def vjp(self, A, p):
-        self.lens.param.check(p, f"the parameter of {self.lens.name}")
-        b, pull = self.lens._vjp(A, p, True)
+    def vjp(self, X, p):
+        self._check(X, p)
+        b, pull = self.lens._vjp(X, p, True)
         return b, self.lens._wrap(pull)
 
-    def backward(self, A, p, B_cov):
-        return self.vjp(A, p)[1](B_cov)
+    def backward(self, X, p, B_cov):
+        return self.vjp(X, p)[1](B_cov)
+
+    def term(self, inside=False):
+        return f"batched({self.lens.term()})"
+
+    def picture(self):
+        return picture.Framed("batched: covectors added over the batch", self.lens.picture(), None)
+
+    def atoms(self):
+        return self.lens.atoms()
+
+    def type_str(self):
+        return self.lens.type_str()
 
     def __repr__(self):
         return f"batched({self.lens!r})"
 
 
-def batched(lens: ParaLens) -> Batched:
-    return Batched(lens)
+def batched(lens):
+    """The batch traversal of `lens` (a family gives the family of its members' traversals)."""
+    return lens.lift(Batched, name=f"batched({lens.name})")
+
+
+def tie(lens, slots):
+    """Weight tying, `categories.tie` (the reparameterisation along the diagonal: the shared
+    slot receives the sum of the covectors of its uses), for lenses and families of lenses."""
+    return lens.lift(lambda member: _tie_para(member, slots))
 
 
 def derived(lens: ParaLens) -> ParaLens:
     """The same forward part with the backward part derived by JAX (for comparisons)."""
-    return ParaLens(lens.dom, lens.cod, lens.param, lens.forward, name=lens.name, check=False)
+    return Layer(lens.dom, lens.cod, lens.param, lens.forward, name=lens.name, check=False)
+
+
+def uses(lens) -> Any:
+    """How many times each parameter slot of `lens` is used (nested like the point)."""
+    return lens.fixed("uses").uses()
 
 
 def n_params(lens: ParaLens) -> int:
     """The dimension of the parameter object."""
     return lens.param.size
 
+
+__all__ = ["ParaLens", "Layer", "Chain", "Parallel", "Reparam", "Batched", "Affine", "Site",
+           "batched", "derived", "uses", "n_params", "tie", "sequence_vjp", "at_path"]

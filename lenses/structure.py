@@ -10,22 +10,22 @@ from __future__ import annotations
 
 from categories import R, Space
 
-from .para_lens import ParaLens, uses
+from .para_lens import Layer, uses
 
 
-def copy(A: Space) -> ParaLens:
+def copy(A: Space) -> Layer:
     """Δ_A : A → A × A, no parameters (R^0); backward: (a'₁, a'₂) ↦ a'₁ + a'₂."""
-    return ParaLens(A, A * A, R(0), lambda a, p: (a, a), name="copy")
+    return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node=True)
 
 
-def discard(A: Space) -> ParaLens:
+def discard(A: Space) -> Layer:
     """!_A : A → R^0, no parameters; backward: the zero covector on A."""
-    return ParaLens(A, R(0), R(0), lambda a, p: None, name="discard")
+    return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node=True)
 
 
-def add(A: Space) -> ParaLens:
+def add(A: Space) -> Layer:
     """+ : A × A → A, no parameters; backward: a' ↦ (a', a')."""
-    return ParaLens(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add")
+    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node=True)
 
 
 __all__ = ["copy", "discard", "add", "uses"]

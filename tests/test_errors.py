@@ -1,4 +1,4 @@
-"""Errors name the user's own things: the space, the point, the maps (DESIGN, contract 10)."""
+"""Errors name the user's own things: the space, the point, the maps (a mismatch names both sides; a domain error the space and the point)."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -92,7 +92,7 @@ def test_smooth_composition_names_both_maps_and_spaces():
         f >> g
     msg = str(e.value)
     assert "head : R^3 → R^2" in msg and "total : R^4 → R" in msg
-    assert "codomain R^2 of head is not domain R^4 of total" in msg
+    assert "the codomain R^2 of head is not the domain R^4 of total" in msg
 
 
 def test_para_composition_names_both_maps_and_spaces():

@@ -171,7 +171,9 @@ def test_a_forward_part_of_the_wrong_shape_is_reported_at_construction():
         ParaLens(R(2), R(2), R(3), lambda x, p: p @ x, name="other_layer")  # fails on its domain
 
 
-def test_polymorphic_layers_in_parallel_need_a_space():
-    with pytest.raises(TypeError, match="tanh"):
-        tanh @ dense(2, 2)
+def test_families_in_parallel_are_a_family_until_fixed():
+    both = tanh @ dense(2, 2)
+    with pytest.raises(TypeError, match=r"tanh.*\.at\(R\("):
+        both.forward((jnp.ones(3), jnp.ones(2)), (None, dense(2, 2).init(jax.random.PRNGKey(0))))
+    assert both.at(R(3) * R(2)).dom == R(3) * R(2)
     assert (tanh.at(R(2)) @ sigmoid.at(R(3))).dom == R(2) * R(3)

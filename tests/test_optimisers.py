@@ -2,6 +2,9 @@
 
 Oracles: optax's own optimisers (run on gradients from `jax.grad` of a hand-written MLP
 loss), the change of coordinates q = G^{1/2} p for a constant metric, and hand formulas.
+The optimisers are chains of parts (sharp, a rule, the learning rate): the short-hands are
+compared bit for bit with their explicit chains, optax parts stand in for the library's, and
+a part written here (not in the library) composes and trains.
 """
 
 import jax
@@ -12,10 +15,13 @@ import pytest
 
 from categories import Covector, R, Smooth, Vector
 from categories.linear import unwrap
-from lenses import (Constant, Context, Diagonal, Metric, adagrad, adam, dense, from_optax, gd,
-                    momentum, nesterov, sharp_transform, tanh, update)
+from lenses import (Constant, Context, Diagonal, Euclidean, Metric, adagrad, adam, dense,
+                    from_optax, gd, half_squared_error, momentum, nesterov, sharp_transform, tanh,
+                    train_step, update)
 from lenses.metrics import ravel, unflatten_like
-from lenses.optimisers import AdamState, MomentumState
+from lenses.optimisers import (AdamState, EmptyState, MomentumState, Optimiser, Update, chain,
+                               scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
+                               scale_by_momentum, sharp)
 
 LR, BETA, STEPS = 0.05, 0.9, 20
 
@@ -235,3 +241,226 @@ def test_sharp_transform_passes_the_context():
     assert_tree_close(u, expected, 1e-15)
     _, p1 = gd(LR, metric=PerExample()).step((), P0, covector(P0), ctx)
     assert_tree_close(p1, optax.apply_updates(P0, u), 1e-15)
+
+
+# -- optimisers are chains of parts ------------------------------------------------------------
+
+def assert_bits_equal(a, b):
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+SHORT_HANDS = {
+    "gd": (lambda m: gd(LR, metric=m), lambda m: chain(sharp(m), scale_by_learning_rate(LR))),
+    "update": (lambda m: update(m, lr=LR), lambda m: chain(sharp(m), scale_by_learning_rate(LR))),
+    "momentum": (lambda m: momentum(LR, BETA, metric=m),
+                 lambda m: chain(sharp(m), scale_by_momentum(BETA), scale_by_learning_rate(LR))),
+    "nesterov": (lambda m: nesterov(LR, BETA, metric=m),
+                 lambda m: chain(sharp(m), scale_by_momentum(BETA), scale_by_learning_rate(LR),
+                                 lookahead=True)),
+    "adagrad": (lambda m: adagrad(LR, 0.2, 1e-6, metric=m),
+                lambda m: chain(sharp(m), scale_by_adagrad(0.2, 1e-6), scale_by_learning_rate(LR))),
+    "adam": (lambda m: adam(LR, b1=0.8, b2=0.99, eps=1e-6, metric=m),
+             lambda m: chain(sharp(m), scale_by_adam(0.8, 0.99, 1e-6), scale_by_learning_rate(LR))),
+    "from_optax": (lambda m: from_optax(optax.adam(LR), metric=m),
+                   lambda m: chain(sharp(m), optax.adam(LR))),
+}
+
+
+@pytest.mark.parametrize("metric", [None, Constant(G_SPD)], ids=["euclidean", "constant"])
+@pytest.mark.parametrize("name", list(SHORT_HANDS))
+def test_each_short_hand_is_its_chain_of_parts_bit_for_bit(name, metric):
+    short, explicit = (make(metric) for make in SHORT_HANDS[name])
+    assert isinstance(short, Optimiser) and isinstance(explicit, Optimiser)
+    assert_bits_equal(short.init(P0), explicit.init(P0))
+    a, b = trajectories(ours(short), ours(explicit))
+    assert_bits_equal(a, b)
+    assert float(jnp.max(jnp.abs(last(a) - ravel(P0)))) > 1e-2  # they moved
+
+
+M = Constant(G_SPD)
+STAND_INS = {
+    # (chain with optax parts, the library's short-hand, tolerance between them, optax oracle)
+    "adam": (chain(sharp(M), optax.scale_by_adam(), scale_by_learning_rate(LR)),
+             adam(LR, metric=M), 1e-12, optax.adam(LR)),
+    "adagrad": (chain(sharp(M), optax.scale_by_rss(), optax.scale_by_learning_rate(LR)),
+                adagrad(LR, metric=M), 0, optax.adagrad(LR)),
+    "momentum": (chain(sharp(M), optax.trace(BETA), optax.scale_by_learning_rate(LR)),
+                 momentum(LR, BETA, metric=M), 0, optax.sgd(LR, momentum=BETA)),
+    "nesterov": (chain(sharp(M), optax.trace(BETA), scale_by_learning_rate(LR), lookahead=True),
+                 nesterov(LR, BETA, metric=M), 0, optax.sgd(LR, momentum=BETA, nesterov=True)),
+    "gd": (chain(sharp(M), optax.sgd(LR)), gd(LR, metric=M), 0, optax.sgd(LR)),
+}
+
+
+@pytest.mark.parametrize("name", list(STAND_INS))
+def test_optax_parts_stand_in_for_the_library_parts(name):
+    """Bit for bit where optax computes the same numbers (Adam's bias correction rounds
+    differently in optax); and both follow optax's optimiser after sharpening."""
+    mixed, short, tol, tx = STAND_INS[name]
+    a, b, oracle = trajectories(ours(mixed), ours(short),
+                                theirs(optax.chain(sharp_transform(M), tx)))
+    if tol == 0:
+        assert_bits_equal(a, b)
+    else:
+        assert_tree_close(a, b, tol)
+    assert_tree_close(a, oracle)
+    assert float(jnp.max(jnp.abs(last(oracle) - ravel(P0)))) > 1e-2
+
+
+class AtPoint(Metric):
+    """An inner product that depends on the point: g_p = diag(1 + p²), so (p')♯ = p' / (1 + p²)."""
+
+    def sharp(self, p, cov, ctx=None):
+        return Vector(jax.tree_util.tree_map(lambda c, q: c / (1 + q * q), unwrap(cov), p))
+
+
+def _random_like(p, seed):
+    leaves, treedef = jax.tree_util.tree_flatten(p)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    return jax.tree_util.tree_unflatten(
+        treedef, [jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves)])
+
+
+def test_nesterov_lookahead_is_the_hand_formula_and_the_metric_is_taken_there():
+    m = _random_like(P0, 11)  # a momentum built by hand (None at the parameterless slot)
+    s = MomentumState(m)
+    opt = nesterov(LR, BETA, metric=AtPoint())
+    tm = jax.tree_util.tree_map
+    phi = tm(lambda p, mi: p - LR * BETA * mi, P0, m)  # φ = p − η β m
+    assert_tree_close(opt.lookahead(s, P0), phi, 1e-15)
+    assert momentum(LR, BETA).lookahead(s, P0) is P0  # heavy ball evaluates at p itself
+    # the step: v = (p')♯ at φ, m ← v + β m, p ← p − η m
+    g = grad(phi)
+    s1, p1 = opt.step(s, P0, Covector(g, MODEL.param))
+    m1 = tm(lambda gi, q, mi: gi / (1 + q * q) + BETA * mi, g, phi, m)
+    assert_tree_close(s1.m, m1, 1e-14)
+    assert_tree_close(p1, tm(lambda p, mi: p - LR * mi, P0, m1), 1e-14)
+    # sharpened at p instead of φ, the step would differ
+    at_p = tm(lambda p, gi, q, mi: p - LR * (gi / (1 + q * q) + BETA * mi), P0, g, P0, m)
+    assert float(jnp.max(jnp.abs(ravel(p1) - ravel(at_p)))) > 1e-6
+
+
+def test_the_lookahead_of_an_optax_momentum_is_nesterov():
+    """The inertial point is derived from the chain, not declared: optax's heavy ball with
+    lookahead=True evaluates at optax's own Nesterov iterates."""
+    look, oracle, heavy = trajectories(
+        ours(from_optax(optax.sgd(LR, momentum=BETA), lookahead=True)),
+        theirs(optax.sgd(LR, momentum=BETA, nesterov=True)),
+        theirs(optax.sgd(LR, momentum=BETA)))
+    assert_tree_close(look, oracle)
+    assert float(jnp.max(jnp.abs(last(oracle) - last(heavy)))) > 1e-3  # not the heavy ball
+
+
+def test_an_explicit_lookahead_is_the_forward_part():
+    def phi(s, p):
+        return jax.tree_util.tree_map(lambda a, t: a - 0.5 * t, p, s.m)
+
+    opt = chain(sharp(), scale_by_momentum(BETA), scale_by_learning_rate(LR), lookahead=phi)
+    m = _random_like(P0, 12)
+    assert_tree_close(opt.lookahead(MomentumState(m), P0), phi(MomentumState(m), P0), 0)
+
+
+class InverseSqrtCount:
+    """A part written by the user, not by the library (any object with init and update):
+    v ↦ v / √t at the t-th step, the count t its state."""
+
+    def init(self, params):
+        return jnp.zeros((), jnp.int32)
+
+    def update(self, updates, state, params=None):
+        t = state + 1
+        return jax.tree_util.tree_map(lambda v: v / jnp.sqrt(t.astype(v.dtype)), updates), t
+
+
+def test_a_part_written_by_the_user_composes_and_trains():
+    opt = chain(sharp(), InverseSqrtCount(), scale_by_momentum(BETA), scale_by_learning_rate(LR))
+    step = train_step(MODEL, half_squared_error, opt)
+    state = step.init(P0)
+    count, mom = state.opt_state  # the two parts that hold something, in chain order
+    assert int(count) == 0 and isinstance(mom, MomentumState)
+    tm = jax.tree_util.tree_map
+    p, m = P0, tm(jnp.zeros_like, P0)
+    for t in range(1, 6):
+        state, report = step(state, X, Y)
+        assert float(report.loss) == pytest.approx(float(hand_loss(p)), abs=1e-12)
+        m = tm(lambda gi, mi: gi / np.sqrt(t) + BETA * mi, grad(p), m)
+        p = tm(lambda a, mi: a - LR * mi, p, m)
+        assert_tree_close(state.params, p, 1e-12)
+    assert int(state.opt_state[0]) == 5
+    plain = momentum(LR, BETA)
+    ps = trajectories(ours(plain))
+    assert float(jnp.max(jnp.abs(ravel(state.params) - ravel(
+        jax.tree_util.tree_map(lambda a: a[4], ps))))) > 1e-4  # the part changed the path
+
+
+def test_a_learning_rate_schedule_is_a_stateful_part():
+    schedule = optax.linear_schedule(0.1, 0.01, STEPS)
+    a, b = trajectories(ours(chain(sharp(), scale_by_learning_rate(schedule))),
+                        theirs(optax.sgd(schedule)))
+    assert_tree_close(a, b, 1e-14)
+
+
+def test_gd_and_update_build_the_same_map():
+    w = Diagonal(2.0)
+    expected = jax.tree_util.tree_map(lambda p, gi: p - 0.1 * gi / 2.0, P0, grad(P0))
+    for u in [gd(0.1, w), gd(0.1, metric=w), gd(lr=0.1, metric=w), update(w, 0.1),
+              update(w, lr=0.1), update(metric=w, lr=0.1)]:
+        assert type(u) is Update
+        assert u.init(P0) == EmptyState()
+        assert_tree_close(u(P0, covector(P0)), expected, 1e-15)
+        assert_tree_close(u.step(u.init(P0), P0, covector(P0))[1], expected, 1e-15)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: gd(0.0), r"learning rate lr must be finite and > 0, got 0\.0"),
+    (lambda: gd(-0.1), r"learning rate lr must be finite and > 0"),
+    (lambda: gd(float("nan")), r"learning rate lr must be finite"),
+    (lambda: gd(float("inf")), r"learning rate lr must be finite"),
+    (lambda: gd("0.1"), r"lr must be a finite number > 0"),
+    (lambda: update(Euclidean(), lr=0.0), r"learning rate lr"),
+    (lambda: adam(-1e-3), r"learning rate lr"),
+    (lambda: scale_by_learning_rate(0), r"learning rate lr"),
+    (lambda: momentum(0.1, beta=1.0), r"beta must be in \[0, 1\), got 1\.0"),
+    (lambda: momentum(0.1, beta=-0.1), r"beta must be in \[0, 1\)"),
+    (lambda: nesterov(0.1, beta=1.5), r"beta must be in \[0, 1\)"),
+    (lambda: adam(0.1, b1=1.0), r"b1 must be in \[0, 1\), got 1\.0"),
+    (lambda: adam(0.1, b2=1.0), r"b2 must be in \[0, 1\)"),
+    (lambda: adam(0.1, eps=0.0), r"eps must be finite and > 0, got 0\.0"),
+    (lambda: scale_by_adam(b1=-0.5), r"b1 must be in \[0, 1\)"),
+    (lambda: adagrad(0.1, initial_accumulator_value=-0.1),
+     r"initial_accumulator_value must be finite and ≥ 0, got -0\.1"),
+    (lambda: adagrad(0.1, eps=-1e-7), r"eps must be finite and > 0"),
+    (lambda: gd(0.1, max_halvings=-1), r"max_halvings must be an integer ≥ 0"),
+    (lambda: gd(Euclidean(), 0.1), r"lr must be a finite number > 0"),  # arguments swapped
+])
+def test_hyperparameters_are_checked_at_construction(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: from_optax(object()), r"from_optax needs an optax.GradientTransformation"),
+    (lambda: from_optax(optax.adam), r"from_optax needs an optax.GradientTransformation"),
+    (lambda: chain(scale_by_adam(), scale_by_learning_rate(0.1)), r"first part must be sharp"),
+    (lambda: chain(sharp(), sharp(), scale_by_learning_rate(0.1)), r"only the first part sharpens"),
+    (lambda: chain(sharp(), 3), r"part 1 \(3\) is not a part"),
+    (lambda: chain(), r"at least its first part"),
+    (lambda: sharp(object()), r"sharp needs an inner product"),
+    (lambda: gd(lambda count: 0.1), r"fixed learning rate"),
+    (lambda: update(0.1, Euclidean()), r"sharp needs an inner product"),  # arguments swapped
+])
+def test_what_is_not_an_optimiser_part_is_refused(build, message):
+    with pytest.raises(TypeError, match=message):
+        build()
+
+
+def test_a_part_goes_into_optax_chain_with_the_context():
+    """The library's parts are optax transformations: sharp receives ctx through optax.chain."""
+    ctx = Context(MODEL, None, X, Y)
+    tx = optax.chain(sharp(PerExample()), scale_by_momentum(BETA), scale_by_learning_rate(LR))
+    g = grad(P0)
+    u, _ = tx.update(g, tx.init(P0), P0, ctx=ctx)
+    assert_tree_close(u, jax.tree_util.tree_map(lambda gi: -LR * gi / X.shape[0], g), 1e-15)

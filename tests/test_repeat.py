@@ -13,7 +13,7 @@ import pytest
 from categories import DomainError, OpenBox, Positive, Product, R
 from lenses import (ParaLens, batched, checkpoint, dense, gd, repeat, stacked, tanh, train_step,
                     half_squared_error)
-from lenses.repeat import Stacked
+from lenses import Stacked
 
 N, W = 5, 8
 

@@ -1,4 +1,4 @@
-"""`repeat(layer, n)`: n copies of one endomorphism A → A as one lens with stacked parameters.
+"""Repetition, `repeat(layer, n)`: n copies of one endomorphism A → A as one lens with stacked parameters.
 
 The composite f ≫ f ≫ ... ≫ f (n times, each copy with its own parameters) has parameter
 object P^n. `repeat` keeps exactly that lens but stores the point of P^n as one stacked point:
@@ -18,6 +18,7 @@ recompute rule per copy: memory of n inputs, one more forward evaluation).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import jax
@@ -26,7 +27,8 @@ from jax import lax
 
 from categories import Positive, Product, R, Space
 
-from .para_lens import ParaLens, Polymorphic
+from . import picture
+from .para_lens import ParaLens
 
 tree_map = jax.tree_util.tree_map
 
@@ -78,17 +80,21 @@ class Repeat(ParaLens):
     def __init__(self, layer: ParaLens, n: int, remat: bool = False):
         if layer.dom != layer.cod:
             raise TypeError(f"repeat needs a layer A → A, got {layer.name} : {layer.dom!r} → {layer.cod!r}")
-        self.layer, self.n, self.remat = layer, n, remat
-        ParaLens.__init__(self, layer.dom, layer.cod, stacked(layer.param, n), self._run,
-                          name=f"repeat({layer.name}, {n}{', remat' if remat else ''})", check=False)
+        self.children, self.n, self.remat = (layer,), n, bool(remat)
+        self.dom, self.cod, self.param = layer.dom, layer.cod, stacked(layer.param, n)
+        self.name = f"repeat({layer.name}, {n}{', remat' if remat else ''})"
         self.smooth = layer.smooth
 
     @property
-    def _derives(self):
-        return self.layer._derives and not self.remat
+    def layer(self):
+        return self.children[0]
 
-    def _run(self, a, p):
-        return self._apply(a, p, False)
+    @property
+    def derives(self):
+        return self.layer.derives and not self.remat
+
+    def rebuild(self, children):
+        return Repeat(children[0], self.n, self.remat)
 
     def _apply(self, a, p, batched):
         layer = self.layer
@@ -99,15 +105,20 @@ class Repeat(ParaLens):
         return lax.scan(body, a, p, length=self.n)[0]
 
     def _vjp(self, a, p, batched):
-        if self.remat:
-            return self._recomputing_vjp(a, p, batched)
-        if self.layer._derives:
+        if self.derives:  # JAX keeps each step's residuals and scans the pullback in reverse
             return jax.vjp(lambda a, p: self._apply(a, p, batched), a, p)
-        return self._own_vjp(a, p, batched)
+        forward, backward = self._recompute(batched) if self.remat else self._keep(batched)
+        b, residuals = lax.scan(forward, a, p, length=self.n)
+        residuals = (residuals, p) if self.remat else residuals
 
-    def _own_vjp(self, a, p, batched):
-        """Forward scan running the layer's own `_vjp`, emitting what each pullback reads;
-        reverse scan running those pullbacks."""
+        def pullback(c):  # the reverse-order rule, as a reverse scan over the copies
+            return lax.scan(backward, c, residuals, length=self.n, reverse=True)
+
+        return b, pullback
+
+    def _keep(self, batched):
+        """Forward steps running the layer's own `_vjp`, emitting what each pullback reads, and
+        the backward step running that pullback on it."""
         layer, box = self.layer, {}
 
         def forward(x, q):
@@ -120,41 +131,37 @@ class Repeat(ParaLens):
                        fixed=[c for c, t in zip(closed.consts, traced) if not t])
             return y, [c for c, t in zip(closed.consts, traced) if t]
 
-        b, residuals = lax.scan(forward, a, p, length=self.n)
+        def backward(c, res):
+            res, fixed = iter(res), iter(box["fixed"])
+            consts = [next(res) if t else next(fixed) for t in box["traced"]]
+            out = jax.core.eval_jaxpr(box["jaxpr"], consts, *jax.tree_util.tree_leaves(c))
+            return jax.tree_util.tree_unflatten(box["out_tree"], out)
 
-        def pullback(c):
-            def backward(c, res):
-                res, fixed = iter(res), iter(box["fixed"])
-                consts = [next(res) if t else next(fixed) for t in box["traced"]]
-                out = jax.core.eval_jaxpr(box["jaxpr"], consts, *jax.tree_util.tree_leaves(c))
-                return jax.tree_util.tree_unflatten(box["out_tree"], out)
+        return forward, backward
 
-            return lax.scan(backward, c, residuals, length=self.n, reverse=True)
-
-        return b, pullback
-
-    def _recomputing_vjp(self, a, p, batched):
-        """Keep the value entering each copy; recompute the copy's forward part in the reverse
-        scan (a loop body of its own, so XLA cannot merge it back into the forward pass)."""
+    def _recompute(self, batched):
+        """Keep the value entering each copy; the backward step recomputes the copy's forward
+        part (a loop body of its own, so XLA cannot merge it back into the forward pass)."""
         layer = self.layer
 
-        def forward(x, q):
+        def forward(x, q):  # the parameters are kept already: emit only the input
             return layer._apply(x, q, batched), x
 
-        b, inputs = lax.scan(forward, a, p, length=self.n)
+        def backward(c, xq):
+            return layer._vjp(*xq, batched)[1](c)
 
-        def pullback(c):
-            def backward(c, xq):
-                x, q = xq
-                return layer._vjp(x, q, batched)[1](c)
-
-            return lax.scan(backward, c, (inputs, p), length=self.n, reverse=True)
-
-        return b, pullback
+        return forward, backward
 
     def init(self, key):
         """The layer's own initialiser, drawn independently for each copy."""
         return jax.vmap(self.layer.init)(jax.random.split(key, self.n))
+
+    def term(self, inside=False):
+        return f"repeat({self.layer.term()}, {self.n}{', remat' if self.remat else ''})"
+
+    def picture(self):  # n copies with stacked parameters: one copy, framed
+        title = f"repeat ×{self.n}" + (": recompute" if self.remat else "")
+        return picture.Framed(title, self.layer.picture(), self.param)
 
     def param_repr(self):
         return f"({self.layer.param_repr()})^{self.n}"
@@ -168,15 +175,18 @@ class Repeat(ParaLens):
         return tree_map(lambda *leaves: jnp.stack(leaves), *ps)
 
 
-def repeat(layer: ParaLens, n: int, remat: bool = False) -> ParaLens:
+def repeat(layer, n: int, remat: bool = False):
     """n copies of the endomorphism `layer` in sequence, each with its own parameters, as one
     lens with stacked parameters, compiled as a scan (program size independent of n)."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"repeat needs a positive number of copies, got {n!r}")
-    if isinstance(layer, Polymorphic):
-        return Polymorphic(lambda A: Repeat(layer.at(A), n, remat),
-                           f"repeat({layer.name}, {n})", layer.shape_preserving)
-    return Repeat(layer, n, remat)
+    try:
+        count = operator.index(n)  # numpy integers are integers too
+    except TypeError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"repeat needs a positive integer number of copies, got {n!r}")
+    n = count
+    return layer.lift(lambda member: Repeat(member, n, remat),
+                      name=f"repeat({layer.name}, {n}{', remat' if remat else ''})")
 
 
 __all__ = ["repeat", "Repeat", "stacked", "Stacked"]

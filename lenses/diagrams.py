@@ -4,9 +4,10 @@
 - `diagram(lens)`: a string diagram as text (Unicode box drawing).
 - `draw(lens, ax=None, backward=False)`: the same string diagram as a matplotlib figure.
 
-Both pictures come from one layout on an integer grid, computed by walking the structure:
-a chain goes left to right, a parallel product is stacked, a reparameterisation, a
-checkpoint or a `repeat` is a dashed frame, `copy`/`add`/`discard` are nodes (copies are explicit), every
+Every kind of lens gives its piece of the picture (`lens.picture()`, a `lenses.picture`
+term); both renderings come from one layout of that term on an integer grid: a chain goes
+left to right, a parallel product is stacked, a reparameterisation, a checkpoint or a
+`repeat` is a dashed frame, `copy`/`add`/`discard` are nodes (copies are explicit), every
 other lens is a box. Wires are labelled with their spaces; a lens with parameters gets a
 parameter wire from above labelled with its parameter object (none for R^0, whose point is
 `None`: the terminal object is no wire at all).
@@ -19,73 +20,28 @@ from dataclasses import dataclass, field, replace
 
 from categories import Product
 
-from .para_lens import Batched, Checkpointed, Parallel, ParaChain, Polymorphic, Reparam
-from .repeat import Repeat
-
-NODES = ("copy", "add", "discard")
+from . import picture
 
 # -- expressions ------------------------------------------------------------------------------
-
-
-def _term(lens, inside: bool = False) -> str:
-    """The structural term of `lens`; `inside` asks for parentheses around a chain."""
-    if isinstance(lens, Batched):
-        return f"batched({_term(lens.lens)})"
-    if isinstance(lens, Checkpointed):
-        return f"checkpoint({_term(lens.lens)})"
-    if isinstance(lens, Repeat):
-        return f"repeat({_term(lens.layer)}, {lens.n}{', remat' if lens.remat else ''})"
-    if isinstance(lens, Reparam):
-        inner = lens.lens
-        if lens.name != f"{inner.name}[{lens.r.name}]" and inner.name in lens.name:
-            # a named reparameterisation (e.g. `tie`) that quotes its lens: keep the user's name
-            return lens.name.replace(inner.name, _term(inner), 1)
-        return f"{_term(inner, True)}[{lens.r.name}]"
-    if isinstance(lens, ParaChain):
-        body = " ≫ ".join(_term(p, True) for p in lens.parts)
-        return f"({body})" if inside else body
-    if isinstance(lens, Parallel):
-        return f"({_term(lens.f, True)} ⊗ {_term(lens.g, True)})"
-    return lens.name
-
-
-def _atoms(lens):
-    """The primitive lenses of `lens`, left to right, top to bottom."""
-    if isinstance(lens, (Batched, Checkpointed, Reparam)):
-        return _atoms(lens.lens)
-    if isinstance(lens, Repeat):
-        return _atoms(lens.layer)
-    if isinstance(lens, ParaChain):
-        return [a for p in lens.parts for a in _atoms(p)]
-    if isinstance(lens, Parallel):
-        return _atoms(lens.f) + _atoms(lens.g)
-    return [lens]
 
 
 def _has_params(space) -> bool:
     return space is not None and space.size > 0
 
 
-def _type(lens) -> str:
-    if isinstance(lens, Polymorphic) or lens.dom is None:
-        return "A → A (any A)" if getattr(lens, "shape_preserving", False) else "any domain"
-    return f"{lens.dom!r} → {lens.cod!r}"
-
-
 def expression(lens, types: bool = True) -> str:
     """The lens as a term in ≫ (then) and ⊗ (parallel); with `types`, its type, its
     parameter object and the type of each component."""
-    term = _term(lens)
+    term = lens.term()
     if not types:
         return term
-    inner = lens.lens if isinstance(lens, Batched) else lens
-    lines = [f"{term} : {_type(inner)}"]
-    if not isinstance(inner, Polymorphic):
-        lines.append(f"  parameters P = {inner.param!r}")
+    lines = [f"{term} : {lens.type_str()}"]
+    if lens.is_fixed():
+        lines.append(f"  parameters P = {lens.param!r}")
     seen = set()
-    for atom in _atoms(inner):
-        row = f"{atom.name} : {_type(atom)}"
-        if not isinstance(atom, Polymorphic) and _has_params(atom.param):
+    for atom in lens.atoms():
+        row = f"{atom.name} : {atom.type_str()}"
+        if atom.is_fixed() and _has_params(atom.param):
             row += f", params {atom.param!r}"
         if row not in seen:
             seen.add(row)
@@ -278,31 +234,29 @@ def _frame(inner: Layout, title: str, param: str | None = None) -> Layout:
     return Layout(w, y1 + 1, body.ins, body.outs, inner.in_labels, inner.out_labels, items)
 
 
+def _piece(pic: picture.Picture) -> Layout:
+    """The grid layout of a picture term."""
+    if isinstance(pic, picture.Then):
+        out = _piece(pic.parts[0])
+        for part in pic.parts[1:]:
+            out = _hcat(out, _piece(part))
+        return out
+    if isinstance(pic, picture.Beside):
+        out = _piece(pic.parts[0])
+        for part in pic.parts[1:]:
+            out = _vstack(out, _piece(part))
+        return out
+    if isinstance(pic, picture.Framed):
+        return _frame(_piece(pic.inner), pic.title, repr(pic.param) if _has_params(pic.param) else None)
+    ins, outs = _wire_labels(pic.dom), _wire_labels(pic.cod)
+    if isinstance(pic, picture.Dot):
+        return _node(pic.name, ins, outs)
+    return _box(pic.name, ins, outs, repr(pic.param) if _has_params(pic.param) else None)
+
+
 def layout(lens) -> Layout:
     """The grid layout of `lens` (without the outer wire labels)."""
-    if isinstance(lens, Batched):
-        return _frame(layout(lens.lens), "batched: covectors added over the batch")
-    if isinstance(lens, Checkpointed):
-        return _frame(layout(lens.lens), "checkpoint: recompute")
-    if isinstance(lens, Repeat):  # n copies with stacked parameters: one copy, framed
-        title = f"repeat ×{lens.n}" + (": recompute" if lens.remat else "")
-        return _frame(layout(lens.layer), title, repr(lens.param) if _has_params(lens.param) else None)
-    if isinstance(lens, Reparam):
-        q = lens.param
-        return _frame(layout(lens.lens), f"reparam {lens.r.name}", repr(q) if _has_params(q) else None)
-    if isinstance(lens, ParaChain):
-        out = layout(lens.parts[0])
-        for part in lens.parts[1:]:
-            out = _hcat(out, layout(part))
-        return out
-    if isinstance(lens, Parallel):
-        return _vstack(layout(lens.f), layout(lens.g))
-    if isinstance(lens, Polymorphic):
-        return _box(lens.name, ["?"], ["?"], None)
-    ins, outs = _wire_labels(lens.dom), _wire_labels(lens.cod)
-    if lens.name in NODES and not _has_params(lens.param):
-        return _node(lens.name, ins, outs)
-    return _box(lens.name, ins, outs, repr(lens.param) if _has_params(lens.param) else None)
+    return _piece(lens.picture())
 
 
 def _lead(labels: list, side: str) -> Layout:

@@ -1,0 +1,18 @@
+"""The one "cannot compose" error of every category in both packages.
+
+Each category defines its composition once (`Smooth`, `Linear`, `Para`, `Lens`, `ParaLens`);
+each of those definitions checks its two morphisms here, so that a mismatch is reported in
+one wording, naming both morphisms and both spaces.
+"""
+
+from __future__ import annotations
+
+
+def check_composable(f, g, why: str | None = None) -> None:
+    """Raise a `TypeError` naming f, g and their spaces unless f.cod == g.dom (and `why` is None:
+    a further reason the category has for refusing, e.g. vectors against covectors)."""
+    if f.cod == g.dom and why is None:
+        return
+    reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
+    raise TypeError(f"cannot compose {f.name} : {f.dom!r} → {f.cod!r} with "
+                    f"{g.name} : {g.dom!r} → {g.cod!r}: {reason}")

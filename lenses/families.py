@@ -1,0 +1,122 @@
+"""Families of lenses: layers whose spaces a neighbour fixes.
+
+`tanh`, `flatten`, pooling and `conv2d(...)` are not lenses with unknown spaces: each is a
+family A ↦ F_A of lenses, one for every domain A it accepts. `family.at(A)` is the lens with
+domain A; composing a family after a lens fixes it at that lens's codomain, and a family that
+maps every A to an endomorphism A → A (`endo`) can also be fixed by what follows it.
+
+Every combinator maps families to families: it is written once, for lenses, and a family
+applies it to its members (`lift`). Evaluating or training a family that has not been fixed
+raises a `TypeError` that says how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from categories import Product, Space
+
+from . import picture
+
+
+class LensFamily:
+    """A family A ↦ F_A of parameterised lenses (`make(A)` builds the member with domain A)."""
+
+    def __init__(self, make: Callable[[Space], object], name: str, smooth: bool = True,
+                 endo: bool = False):
+        self._make, self.name, self.smooth, self.endo = make, name, bool(smooth), bool(endo)
+        self._members = {}
+
+    def at(self, A: Space):
+        """The member with domain A."""
+        if not isinstance(A, Space):
+            raise TypeError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+        if A not in self._members:
+            self._members[A] = self._make(A)
+        return self._members[A]
+
+    # -- what lenses ask ----------------------------------------------------------------------
+    def is_fixed(self) -> bool:
+        return False
+
+    def _fix_hint(self) -> str:
+        term = f"({self.name})" if " " in self.name else self.name
+        return (f"{self.name} is a family of lenses with no fixed spaces: fix it with "
+                f"{term}.at(R(...)), or compose it after a lens whose codomain fixes it")
+
+    def fixed(self, who: str = "this"):
+        raise TypeError(f"{who} needs a lens with fixed spaces: {self._fix_hint()}")
+
+    def after(self, A: Space):
+        """The member that follows a lens with codomain A."""
+        return self.at(A)
+
+    def lift(self, build: Callable, name: str | None = None, endo: bool | None = None):
+        """The family A ↦ build(F_A): a combinator applied to every member."""
+        return LensFamily(lambda A: build(self.at(A)), name or self.name, self.smooth,
+                          self.endo if endo is None else endo)
+
+    # -- composition --------------------------------------------------------------------------
+    def __rshift__(self, other):
+        if not hasattr(other, "after"):
+            return NotImplemented
+        if other.is_fixed() and self.endo:  # an endomorphism family is fixed by what follows
+            return self.at(other.dom) >> other
+        return LensFamily(lambda A: self.at(A) >> other, f"{self.name} ≫ {other.name}",
+                          self.smooth and other.smooth, self.endo and getattr(other, "endo", False))
+
+    def __matmul__(self, other):
+        return _beside(self, other)
+
+    def __rmatmul__(self, other):
+        return _beside(other, self)
+
+    def reparam(self, r, init=None, name=None):
+        return self.lift(lambda member: member.reparam(r, init, name))
+
+    # -- what only lenses can do ---------------------------------------------------------------
+    def _refuse(self, *args, **kw):
+        raise TypeError(f"cannot evaluate {self._fix_hint()}")
+
+    forward = vjp = backward = init = __call__ = _refuse
+
+    def term(self, inside: bool = False) -> str:
+        return self.name
+
+    def picture(self):
+        return picture.Boxed(self.name, None, None, None)
+
+    def atoms(self) -> list:
+        return [self]
+
+    def type_str(self) -> str:
+        return "A → A (any A)" if self.endo else "any domain"
+
+    def __repr__(self):
+        return f"{self.name} (a family: {self.type_str()})"
+
+
+def _beside(f, g) -> LensFamily:
+    """f ⊗ g where one side is a family: the family on A × C of the members' products."""
+    def make(AC: Space):
+        if not isinstance(AC, Product) or len(AC.factors) != 2:
+            raise TypeError(f"({f.name} ⊗ {g.name}) needs a domain A × C, got {AC!r}")
+        A, C = AC.factors
+        left = f.at(A) if not f.is_fixed() else f
+        right = g.at(C) if not g.is_fixed() else g
+        for side, S in ((left, A), (right, C)):
+            if side.dom != S:
+                raise TypeError(f"({f.name} ⊗ {g.name}) at {AC!r}: {side.name} has domain "
+                                f"{side.dom!r}, not {S!r}")
+        return left @ right
+
+    return LensFamily(make, f"({f.name} ⊗ {g.name})", f.smooth and g.smooth,
+                      getattr(f, "endo", False) and getattr(g, "endo", False))
+
+
+def family(make: Callable[[Space], object], name: str, smooth: bool = True, endo: bool = False):
+    """The family A ↦ make(A) (`endo`: every member is an endomorphism A → A)."""
+    return LensFamily(make, name, smooth, endo)
+
+
+__all__ = ["LensFamily", "family"]

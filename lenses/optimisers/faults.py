@@ -1,0 +1,131 @@
+"""Faults of a step: NaN/inf, a point outside the open parameter object, None for a slot.
+
+A step whose covector or new point is not finite raises `NonFiniteError` (a
+`FloatingPointError`); a new point outside the open parameter object raises `DomainError`,
+or, with `on_domain_error="backtrack"`, the move is halved (inside `jit`, by
+`lax.while_loop`) until the point lies in the set, at most `max_halvings` times. Backtracking
+shortens only the move: the optimiser's state advances as computed.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from categories import DomainError, Product, Space
+
+tree_map = jax.tree_util.tree_map
+
+
+class NonFiniteError(FloatingPointError):
+    """A step produced NaN or infinity (in a covector or in the new point)."""
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+def slot_names(model) -> list[str]:
+    """Human names of the parameter slots of a model: its components for a chain."""
+    parts = getattr(model, "parts", None)
+    if parts is not None and len(parts) > 1:
+        return [f"slot {i} ({part.name})" for i, part in enumerate(parts)]
+    return [f"slot 0 ({getattr(model, 'name', 'parameters')})"]
+
+
+def _slots(space: Space, x):
+    """(slot space, slot value) pairs: the factors of a product parameter object, else one."""
+    if isinstance(space, Product) and isinstance(x, tuple) and len(x) == len(space.factors):
+        return list(zip(space.factors, x))
+    return [(space, x)]
+
+
+def find_missing(space: Space, p, where: str = "parameters") -> str | None:
+    """Where a parameterised part of `space` was given None (or the wrong structure), else None."""
+    if isinstance(space, Product):
+        if not isinstance(p, tuple) or len(p) != len(space.factors):
+            if p is None:
+                return f"{where} is None, but {space!r} has parameters"
+            return f"{where} should be a tuple of {len(space.factors)} for {space!r}"
+        for i, (f, q) in enumerate(zip(space.factors, p)):
+            why = find_missing(f, q, f"{where}[{i}]")
+            if why:
+                return why
+        return None
+    if space.size > 0 and p is None:
+        return f"{where} is None, but it is a parameterised slot ({space!r})"
+    return None
+
+
+def check_params(space: Space, p, names=None) -> None:
+    """Refuse (TypeError) a parameter point with None in a parameterised slot, naming the slot."""
+    slots = _slots(space, p)
+    names = names if names is not None and len(names) == len(slots) else [
+        f"slot {i}" for i in range(len(slots))]
+    for name, (s, q) in zip(names, slots):
+        why = find_missing(s, q, f"the point of {name}")
+        if why:
+            raise TypeError(f"{why}: a parameterised layer cannot step without its parameters "
+                            "(only parameterless R^0 slots take None)")
+
+
+def finite_flags(x, space: Space | None):
+    """Per slot, a traceable boolean: every coordinate is finite."""
+    def ok(v):
+        leaves = jax.tree_util.tree_leaves(v)
+        return jnp.all(jnp.stack([jnp.asarray(True)] + [jnp.all(jnp.isfinite(a)) for a in leaves]))
+
+    if space is None:
+        return jnp.stack([ok(x)])
+    return jnp.stack([ok(v) for _, v in _slots(space, x)])
+
+
+def raise_outside(space: Space, p_new, names=None, note: str = "") -> None:
+    """Raise the DomainError that names the slot (and coordinate) of p_new outside `space`."""
+    slots = _slots(space, p_new)
+    names = names if names is not None and len(names) == len(slots) else [
+        f"slot {i}" for i in range(len(slots))]
+    for name, (s, q) in zip(names, slots):
+        try:
+            s.check(q, f"the updated point of {name}")
+        except DomainError as e:
+            raise DomainError(f"the update leaves the parameter object: {e}{note}") from None
+    raise DomainError(f"the update leaves the parameter object {space!r}{note}")
+
+
+def raise_non_finite(cov_ok, new_ok, names) -> None:
+    bad = [("covector", i) for i, ok in enumerate(cov_ok) if not ok] + \
+          [("new point", i) for i, ok in enumerate(new_ok) if not ok]
+    what, i = bad[0]
+    name = names[i] if names is not None and i < len(names) else f"slot {i}"
+    raise NonFiniteError(f"the {what} of {name} contains NaN or infinity; the step is refused "
+                         "and the parameters are left as they were")
+
+
+def _is_concrete(x) -> bool:
+    """Every leaf has a value now (not a tracer inside jit/vmap/grad)."""
+    return not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(x))
+
+
+def _backtrack(space, p, p_new, inside, max_halvings):
+    """Halve the move p'' − p until p + t (p'' − p) lies in `space` (at most max_halvings)."""
+    move = tree_map(lambda a, b: b - a, p, p_new)
+
+    def cond(c):
+        k, _, ok = c
+        return jnp.logical_and(jnp.logical_not(ok), k < max_halvings)
+
+    def body(c):
+        k, t, _ = c
+        t = t * 0.5
+        return k + 1, t, space.indicator(tree_map(lambda a, d: a + t * d, p, move))
+
+    leaves = jax.tree_util.tree_leaves(p)
+    dtype = leaves[0].dtype if leaves else jnp.float32
+    k, t, ok = lax.while_loop(cond, body, (jnp.asarray(0), jnp.asarray(1.0, dtype), inside))
+    # At t = 1 keep p'' itself (bit for bit); otherwise the shortened move.
+    p_out = tree_map(lambda a, b, d: jnp.where(k == 0, b, a + t * d), p, p_new, move)
+    return p_out, ok
+
+
+__all__ = ["NonFiniteError", "slot_names", "find_missing", "check_params", "finite_flags",
+           "raise_outside", "raise_non_finite"]

@@ -1,0 +1,241 @@
+"""The optimiser lens (S × P, S × P) ⇄ (P, P*), chained from parts.
+
+Forward part `lookahead(s, p)`: the point where the network is evaluated and the covector
+taken: p itself, or, with `lookahead=True`, the inertial point p + Δ(0), where Δ(0) is what
+the rule and learning-rate parts would add to p if the next (sharpened) covector were zero,
+computed with the current state and discarded. For momentum, Δ(0) = −η β m, so the inertial
+point is Nesterov's φ = p − η β m; nothing is declared by the momentum part: the same holds
+for optax's `trace` or `sgd(lr, momentum=β)`.
+
+Backward part `step(s, p, p')`: the covector p' goes through the parts in order, the first
+being `sharp(metric)` (evaluated at the lookahead point, where p' lives), and the point
+moves to p + (the chain's output); each part's state advances.
+
+The state holds the states of the parts that hold anything (a leaf): none → `EmptyState()`,
+one → that part's state (so momentum's state is a `MomentumState`, Adam's an `AdamState`),
+several → a tuple of them in chain order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from categories import Smooth, Space
+from categories.linear import unwrap
+from categories.spaces import euclidean
+
+from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
+                     raise_outside)
+from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_learning_rate, sharp
+
+tree_map = jax.tree_util.tree_map
+
+
+def _apply(p, v):
+    """p + v, leaf by leaf, in p's dtype (None stays None): optax's `apply_updates`."""
+    return tree_map(lambda a, d: jnp.asarray(a + d).astype(jnp.asarray(a).dtype), p, v)
+
+
+def _shape_of(p):
+    return tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), p)
+
+
+def _check_parts(parts) -> tuple:
+    parts = tuple(parts)
+    if not parts:
+        raise TypeError("an optimiser needs at least its first part, sharp(metric)")
+    for i, part in enumerate(parts):
+        if not is_part(part):
+            raise TypeError(f"part {i} ({part!r}) is not a part of an optimiser: a part has "
+                            "init(params) -> state and update(updates, state, params) -> "
+                            "(updates, state), as every optax.GradientTransformation does")
+    if not isinstance(parts[0], Sharp):
+        raise TypeError(f"the first part must be sharp(metric), got {parts[0]!r}: the covector p' "
+                        "is not a vector, the inner product turns it into one "
+                        "(sharp() for the Euclidean one)")
+    for i, part in enumerate(parts[1:], 1):
+        if isinstance(part, Sharp):
+            raise TypeError(f"part {i} is {part!r}, but only the first part sharpens: after it "
+                            "the parts act on vectors")
+    return parts
+
+
+class Optimiser:
+    """A lens (S × P) ⇄ (P, P*): get = `lookahead`, put = `step` (the parts in order).
+
+    `parts`: `sharp(metric)`, then any parts (the library's or optax transformations).
+    `lookahead`: False (the covector is taken at p), True (at the inertial point
+    p + Δ(0), Nesterov for momentum) or a callable (s, p) ↦ point.
+    `on_domain_error`: "raise" (DomainError) or "backtrack" (halve the move, at most
+    `max_halvings` times) when the new point leaves the open parameter object.
+
+    The state holds the states of the parts that hold anything (see the module docstring);
+    the lookahead with `lookahead=True` calls the parts after sharp without `ctx`.
+    """
+
+    def __init__(self, parts: Sequence, lookahead: bool | Callable = False,
+                 on_domain_error: str = "raise", max_halvings: int = 30,
+                 name: str | None = None):
+        if on_domain_error not in ("raise", "backtrack"):
+            raise ValueError(f"on_domain_error must be 'raise' or 'backtrack', got {on_domain_error!r}")
+        if isinstance(max_halvings, bool) or not isinstance(max_halvings, int) or max_halvings < 0:
+            raise ValueError(f"max_halvings must be an integer ≥ 0, got {max_halvings!r}")
+        if not (isinstance(lookahead, bool) or callable(lookahead)):
+            raise TypeError(f"lookahead must be True, False or a callable (s, p) -> point, "
+                            f"got {lookahead!r}")
+        self.parts = _check_parts(parts)
+        self.metric = self.parts[0].metric
+        self._look = lookahead
+        self.on_domain_error, self.max_halvings = on_domain_error, max_halvings
+        self.name = name if name is not None else "chain"
+
+    # -- the state: one entry per part that holds anything ---------------------------------
+    def _kept(self, states) -> list[int]:
+        return [i for i, st in enumerate(states) if jax.tree_util.tree_leaves(st)]
+
+    @staticmethod
+    def _pack(kept_states):
+        if not kept_states:
+            return EmptyState()
+        return kept_states[0] if len(kept_states) == 1 else tuple(kept_states)
+
+    def _unpack(self, s, p) -> list:
+        """Every part's state from the optimiser's state s (leafless ones rebuilt from p)."""
+        shapes = [jax.eval_shape(part.init, _shape_of(p)) for part in self.parts]
+        kept = self._kept(shapes)
+        given = [] if not kept else [s] if len(kept) == 1 else list(s)
+        if len(given) != len(kept):
+            raise TypeError(f"the state of {self!r} should hold {len(kept)} part states, got "
+                            f"a {type(s).__name__} of {len(given)}")
+        states = dict(zip(kept, given))
+        return [states[i] if i in states else
+                jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(sh), [])
+                for i, sh in enumerate(shapes)]
+
+    def init(self, p):
+        """The initial state s₀ for the point p."""
+        states = [part.init(p) for part in self.parts]
+        return self._pack([states[i] for i in self._kept(states)])
+
+    # -- the forward part ------------------------------------------------------------------
+    def lookahead(self, s, p):
+        """The forward part: where the covector is taken (p, unless a lookahead was asked for)."""
+        if self._look is False:
+            return p
+        if self._look is not True:
+            return self._look(s, p)
+        states = self._unpack(s, p)
+        v = tree_map(jnp.zeros_like, p)  # the sharp part, linear, sends 0 to 0
+        for part, st in zip(self.parts[1:], states[1:]):
+            v, _ = part.update(v, st, p)
+        return _apply(p, v)
+
+    get = lookahead
+
+    # -- the backward part -----------------------------------------------------------------
+    def _run(self, s, p, p_cov, ctx):
+        """(s', the chain's output vector) for the covector p' taken at the lookahead point."""
+        states = self._unpack(s, p)
+        at = self.lookahead(s, p)
+        v, new = p_cov, []
+        for part, st in zip(self.parts, states):
+            if isinstance(part, Sharp):
+                v, st = part.update(v, st, at, ctx=ctx)
+            elif isinstance(part, optax.GradientTransformationExtraArgs):
+                v, st = part.update(v, st, p, ctx=ctx)
+            else:
+                v, st = part.update(v, st, p)
+            new.append(st)
+        return self._pack([new[i] for i in self._kept(new)]), v
+
+    def propose(self, s, p, p_cov, ctx=None, space: Space | None = None):
+        """Traceable step: (s', p'', inside) with inside a boolean (True where nothing is known)."""
+        space = space if space is not None else getattr(p_cov, "space", None)
+        s_new, v = self._run(s, p, p_cov, ctx)
+        p_new = _apply(p, v)
+        if space is None or euclidean(space):
+            return s_new, p_new, jnp.asarray(True)
+        inside = space.indicator(p_new)
+        if self.on_domain_error == "backtrack":
+            p_new, inside = _backtrack(space, p, p_new, inside, self.max_halvings)
+        return s_new, p_new, inside
+
+    def step(self, s, p, p_cov, ctx=None, space: Space | None = None):
+        """The backward part: (s, p, p') ↦ (s', p''). With concrete values, faults raise."""
+        space = space if space is not None else getattr(p_cov, "space", None)
+        if space is not None:
+            check_params(space, p)
+        s_new, p_new, inside = self.propose(s, p, p_cov, ctx, space)
+        if _is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at
+            cov_ok, new_ok = finite_flags(unwrap(p_cov), space), finite_flags(p_new, space)
+            if not (bool(jnp.all(cov_ok)) and bool(jnp.all(new_ok))):
+                raise_non_finite(list(cov_ok), list(new_ok), None)
+            if not bool(inside):
+                raise_outside(space, p_new, note=self._note())
+        return s_new, p_new
+
+    put = step
+
+    def _note(self):
+        return (f" (still outside after {self.max_halvings} halvings of the step)"
+                if self.on_domain_error == "backtrack" else
+                " (pass on_domain_error='backtrack' to shorten the step instead)")
+
+    def __repr__(self):
+        look = "" if self._look is False else f", lookahead={self._look!r}"
+        name = "" if self.name == "chain" else f", name={self.name!r}"
+        return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
+
+
+def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "raise",
+          max_halvings: int = 30, name: str | None = None) -> Optimiser:
+    """The optimiser lens of `sharp(metric)` followed by `parts` (the library's or optax's).
+
+    `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr))` is `adam(lr, metric=m)`;
+    `lookahead=True` takes the covector at the inertial point (see `Optimiser`).
+    """
+    return Optimiser(parts, lookahead, on_domain_error, max_halvings, name)
+
+
+class Update(Optimiser):
+    """The plain update u(p) = p − η (p')♯ (S = R^0): chain(sharp(metric), scale_by_learning_rate(lr)).
+
+    `gd(lr, metric)` and `update(metric, lr)` both build it; it steps as an optimiser and, called
+    as u(p, p'), returns the new point.
+    """
+
+    def __init__(self, metric=None, lr=1e-2, on_domain_error: str = "raise",
+                 max_halvings: int = 30):
+        first = sharp(metric)  # the metric is checked first: update(metric, lr) names it first
+        if callable(lr):
+            raise TypeError("gd and update take a fixed learning rate (u has no state); for a "
+                            "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
+        check_learning_rate(lr)
+        self.lr = lr
+        super().__init__([first, scale_by_learning_rate(lr)], False, on_domain_error,
+                         max_halvings, "gd")
+
+    def __call__(self, p, p_cov, ctx=None, space: Space | None = None):
+        """u(p) for the covector p' taken at p: the new point."""
+        return self.step(EmptyState(), p, p_cov, ctx, space)[1]
+
+    def reparameterise(self, model, p, p_cov, ctx=None):
+        """((P, f ∘ (1 × u)), u(p)) with u the move q ↦ q + (u(p) − p) = q − η (p')♯ taken at p.
+
+        The returned model at the old point p computes what `model` computes at the new point.
+        """
+        p_new = self(p, p_cov, ctx, space=model.param)
+        move = tree_map(lambda a, b: b - a, p, p_new)
+        u = Smooth(model.param, model.param, lambda q: tree_map(lambda a, d: a + d, q, move),
+                   name="u", check=False)
+        return model.reparam(u, name=f"{model.name}∘(1×u)"), p_new
+
+    def __repr__(self):
+        return f"gd(lr={self.lr!r}, metric={self.metric!r})"
+
+
+__all__ = ["Optimiser", "chain", "Update"]

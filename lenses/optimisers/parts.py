@@ -1,0 +1,233 @@
+"""The parts an optimiser is chained from: sharp, a rule, the learning rate.
+
+A part is anything with the two functions of an optax transformation,
+
+    init(params) -> state
+    update(updates, state, params=None, **extra) -> (updates', state'),
+
+acting on vectors (pytrees shaped like the parameter point, None at R^0 slots). Every
+`optax.GradientTransformation` is therefore a part, and every part below is an
+`optax.GradientTransformationExtraArgs` (so it also goes into `optax.chain`). Parts that are
+`GradientTransformationExtraArgs` receive the extra keyword argument `ctx` (a `Context`, for
+data-dependent metrics); plain `GradientTransformation`s are called without it.
+
+The first part of an optimiser is always `sharp(metric)`: it turns the covector p' into the
+vector (p')♯ (a covector is not a vector). The rule parts then act on vectors, and
+`scale_by_learning_rate(lr)` multiplies by −lr; the optimiser adds the result to the point.
+
+Where optax's own implementation gives the library's numbers bit for bit it is used
+(`scale_by_adagrad` is `optax.scale_by_rss`, `scale_by_learning_rate` is optax's); Adam's bias
+correction in optax rounds differently in the last bits, and optax's `trace` keeps its sum
+under another name, so `scale_by_adam` and `scale_by_momentum` are written here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from categories import Covector
+from categories.linear import unwrap
+
+from ..metrics import Euclidean, Metric
+
+tree_map = jax.tree_util.tree_map
+
+
+# -- states ----------------------------------------------------------------------------------
+
+class EmptyState(NamedTuple):
+    """The state of a stateless part or optimiser: S = R^0."""
+
+
+class MomentumState(NamedTuple):
+    """m = Σ_k β^k v_{t−k}: the decayed sum of past vectors (optax's `trace`, under the name m)."""
+
+    m: Any
+
+
+# The part is optax's scale_by_rss, so its state is optax's: G = G₀ + Σ v² in `sum_of_squares`.
+AdagradState = optax.ScaleByRssState
+
+
+class AdamState(NamedTuple):
+    """count t, first moment μ and second moment ν of the vectors."""
+
+    count: Any
+    mu: Any
+    nu: Any
+
+
+# -- the part protocol -----------------------------------------------------------------------
+
+class Part(optax.GradientTransformationExtraArgs):
+    """A part of an optimiser: the pair (init, update) of an optax transformation, with a name.
+
+    `init(params) -> state`; `update(updates, state, params=None, **extra) -> (updates', state')`.
+    Being an `optax.GradientTransformationExtraArgs`, a part also goes into `optax.chain`.
+    """
+
+    def __new__(cls, init: Callable, update: Callable, name: str = "part"):
+        self = super().__new__(cls, init, update)
+        self.name = name
+        return self
+
+    def __repr__(self):
+        return self.name
+
+
+def is_part(x) -> bool:
+    """x has a callable `init` and a callable `update` (every optax transformation has)."""
+    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+
+
+def _empty(params):
+    return EmptyState()
+
+
+# -- hyperparameters -------------------------------------------------------------------------
+
+def _number(x, name: str, what: str) -> float | None:
+    """float(x), or None for a traced value (nothing to check); refuse what is not a number."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    if isinstance(x, (bool, str, bytes)):
+        raise ValueError(f"{name} must be {what}, got {x!r}")
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {what}, got {x!r}") from None
+
+
+def check_learning_rate(lr, name: str = "lr"):
+    """A learning rate is finite and > 0 (a schedule, a callable count ↦ rate, is not checked)."""
+    if callable(lr):
+        return lr
+    x = _number(lr, name, "a finite number > 0 (or a schedule)")
+    if x is not None and not (math.isfinite(x) and x > 0):
+        raise ValueError(f"the learning rate {name} must be finite and > 0, got {lr!r}")
+    return lr
+
+
+def check_decay(beta, name: str):
+    """A decay rate (momentum β, Adam's b1, b2) lies in [0, 1)."""
+    x = _number(beta, name, "a number in [0, 1)")
+    if x is not None and not 0 <= x < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {beta!r}")
+    return beta
+
+
+def check_positive(eps, name: str):
+    """A finite number > 0 (eps)."""
+    x = _number(eps, name, "a finite number > 0")
+    if x is not None and not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {eps!r}")
+    return eps
+
+
+def check_non_negative(a, name: str):
+    """A finite number ≥ 0 (Adagrad's initial accumulator value)."""
+    x = _number(a, name, "a finite number ≥ 0")
+    if x is not None and not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"{name} must be finite and ≥ 0, got {a!r}")
+    return a
+
+
+# -- the library's parts ---------------------------------------------------------------------
+
+class Sharp(Part):
+    """The sharp map of an inner product: the covector p' ↦ the vector (p')♯ at `params`.
+
+    `update` accepts a `Covector` (as the optimiser passes it, with its space) or a raw pytree
+    (as `optax.chain` passes it), and the extra argument `ctx` for data-dependent metrics.
+    The optimiser calls it at the point where the covector was taken (its lookahead).
+    """
+
+    def __new__(cls, metric: Metric | None = None):
+        metric = metric if metric is not None else Euclidean()
+        if not callable(getattr(metric, "sharp", None)):
+            raise TypeError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
+
+        def update(updates, state, params=None, ctx=None, **extra):
+            cov = updates if isinstance(updates, Covector) else Covector(updates)
+            return unwrap(metric.sharp(params, cov, ctx)), state
+
+        self = super().__new__(cls, _empty, update, f"sharp({metric!r})")
+        self.metric = metric
+        return self
+
+
+def sharp(metric: Metric | None = None) -> Sharp:
+    """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None)."""
+    return Sharp(metric)
+
+
+def scale_by_momentum(beta: float = 0.9) -> Part:
+    """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`)."""
+    check_decay(beta, "beta")
+
+    def init(params):
+        return MomentumState(tree_map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra):
+        m = tree_map(lambda g, t: g + beta * t, updates, state.m)
+        return m, MomentumState(m)
+
+    return Part(init, update, f"scale_by_momentum(beta={beta})")
+
+
+def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
+    """Adagrad's rescaling: G ← G + v², v ↦ v / √(G + ε) (0 where G = 0): optax's `scale_by_rss`."""
+    check_non_negative(initial_accumulator_value, "initial_accumulator_value")
+    check_positive(eps, "eps")
+    tx = optax.scale_by_rss(initial_accumulator_value, eps)
+    return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
+                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})")
+
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:
+    """Adam's rescaling: μ ← b1 μ + (1−b1) v, ν ← b2 ν + (1−b2) v², v ↦ μ̂ / (√ν̂ + ε), with
+    the bias corrections μ̂ = μ / (1 − b1^t), ν̂ = ν / (1 − b2^t). Within rounding,
+    `optax.scale_by_adam(b1, b2, eps)`."""
+    check_decay(b1, "b1")
+    check_decay(b2, "b2")
+    check_positive(eps, "eps")
+
+    def init(params):
+        zeros = tree_map(jnp.zeros_like, params)
+        return AdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra):
+        count = state.count + 1
+        mu = tree_map(lambda g, m: (1 - b1) * g + b1 * m, updates, state.mu)
+        nu = tree_map(lambda g, n: (1 - b2) * (g * g) + b2 * n, updates, state.nu)
+
+        def corrected(m, n):
+            m_hat = m / (1 - b1 ** count.astype(m.dtype))
+            n_hat = n / (1 - b2 ** count.astype(n.dtype))
+            return m_hat / (jnp.sqrt(n_hat) + eps)
+
+        return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
+
+    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})")
+
+
+def scale_by_learning_rate(lr) -> Part:
+    """v ↦ −lr · v: the last part, after which the optimiser adds the vector to the point.
+
+    `lr` is a finite number > 0, or a schedule (a callable count ↦ rate, as in optax; the
+    part then keeps the count as its state). optax's own `scale_by_learning_rate`.
+    """
+    check_learning_rate(lr)
+    tx = optax.scale_by_learning_rate(lr)
+    return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
+                f"scale_by_learning_rate({lr!r})")
+
+
+__all__ = ["Part", "is_part", "Sharp", "sharp", "scale_by_momentum", "scale_by_adagrad",
+           "scale_by_adam", "scale_by_learning_rate", "EmptyState", "MomentumState",
+           "AdagradState", "AdamState"]

@@ -1,0 +1,60 @@
+"""Pictures: the terms each kind of lens gives for its piece of a string diagram.
+
+A lens answers `picture()` with one of these; `lenses.diagrams` lays the term out on a grid
+and renders it as text or with matplotlib. Spaces are kept as spaces: the layout decides
+what a wire is called (one wire per factor of a product, none for R^0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class Picture:
+    """A piece of string diagram (abstract)."""
+
+
+@dataclass(frozen=True)
+class Boxed(Picture):
+    """A box named `name`, wires `dom` in and `cod` out, a parameter wire `param` from above."""
+
+    name: str
+    dom: Any
+    cod: Any
+    param: Any = None
+
+
+@dataclass(frozen=True)
+class Dot(Picture):
+    """A node (copy, add, discard): the wires meet at a dot, no box."""
+
+    name: str
+    dom: Any
+    cod: Any
+
+
+@dataclass(frozen=True)
+class Framed(Picture):
+    """A dashed frame titled `title` around `inner`, with a parameter wire `param` (or None)."""
+
+    title: str
+    inner: Picture
+    param: Any = None
+
+
+@dataclass(frozen=True)
+class Then(Picture):
+    """Pieces left to right, outputs of each wired to the inputs of the next."""
+
+    parts: tuple
+
+
+@dataclass(frozen=True)
+class Beside(Picture):
+    """Pieces stacked top to bottom (the parallel product)."""
+
+    parts: tuple
+
+
+__all__ = ["Picture", "Boxed", "Dot", "Framed", "Then", "Beside"]
