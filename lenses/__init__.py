@@ -15,7 +15,9 @@ from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, i
 from .fitting import epoch_order, fit
 from .learner import Report, TrainState, TrainStep, accuracy, predict, train_step
 from .lens import Lens, as_lens, lens_identity, lens_of
-from .losses import batch_loss, binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
+from .losses import (BinaryCrossEntropy, CallableFamily, HalfSquaredError, LossFamily,
+                     SoftmaxCrossEntropy, batch_loss, binary_cross_entropy, dL, half_squared_error,
+                     loss_family, softmax_cross_entropy)
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
 from .natural import KFAC, Fisher, GaussNewton, output_fisher
 from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain, from_optax, gd,
@@ -40,6 +42,8 @@ __all__ = [
     "Lens", "lens_of", "lens_identity", "as_lens",
     # losses and inner products
     "half_squared_error", "softmax_cross_entropy", "binary_cross_entropy", "dL", "batch_loss",
+    "LossFamily", "loss_family", "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy",
+    "CallableFamily",
     "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
     "output_fisher", "ravel", "unflatten_like",
     # optimisers

@@ -129,11 +129,14 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     dispatch, only when stderr is a terminal.
     """
     X, Y = data
+    step = train_step(model, loss_family, opt, reduction, mesh)
     n = _length(X)
+    if _length(Y) != n:
+        raise ValueError(f"fit needs as many targets as inputs: {n} inputs, {_length(Y)} targets")
+    step.loss_family.check_targets(Y, step.model.cod)  # every target's value, once, here
     batch_size = min(int(batch_size), n)
     steps = n // batch_size
     key = as_key(key)
-    step = train_step(model, loss_family, opt, reduction, mesh)
     state = params if isinstance(params, TrainState) else step.init(params)
     step.check(state)
     k_max = int(steps_per_dispatch) if steps_per_dispatch is not None else min(steps, 256)

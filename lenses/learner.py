@@ -38,7 +38,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from categories import Covector, DomainError, Product
 
 from .checks import largest_slope
-from .losses import batch_loss
+from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import NonFiniteError, Optimiser, check_params, finite_flags, from_optax, slot_names
 from .para_lens import batched
@@ -46,7 +46,7 @@ from .para_lens import batched
 tree_map = jax.tree_util.tree_map
 
 #: fault kinds recorded in `TrainState.fault[0]` (0: none)
-FAULTS = {1: "the covector", 2: "the new point", 3: "the new point"}
+FAULTS = {1: "the covector", 2: "the new point", 3: "the new point", 4: "the target"}
 NO_FAULT = np.zeros((3,), np.int32)
 
 
@@ -54,8 +54,9 @@ class TrainState(NamedTuple):
     """(parameters p, optimiser state s, number of steps taken, first fault not yet seen).
 
     `fault` is (kind, step, slot): kind 0 for none, 1 a covector with NaN or infinity, 2 a new
-    point with NaN or infinity, 3 a new point outside the open parameter object; `step` the
-    number (from 1) of the refused step and `slot` the parameter slot."""
+    point with NaN or infinity, 3 a new point outside the open parameter object, 4 a target
+    outside what the loss family accepts (a class label out of range, ...); `step` the number
+    (from 1) of the refused step and `slot` the parameter slot (for kind 4: the example)."""
 
     params: Any
     opt_state: Any
@@ -75,7 +76,12 @@ def fault_error(state: TrainState, kind: int, step: int, slot: int, names=None, 
     """The error for a recorded fault, with `.state` (the state before the faulting step, the
     fault cleared) and `.step` (the refused step's number)."""
     name = names[slot] if names is not None and slot < len(names) else f"slot {slot}"
-    if kind == 3:
+    if kind == 4:
+        error = ValueError(f"step {step}: the target of example {slot} of the batch is not one "
+                           "the loss family accepts (a class label out of range, a probability "
+                           "outside [0, 1], NaN, ...); the step is refused and the parameters are "
+                           "left as they were")
+    elif kind == 3:
         where = f"{spaces[slot]!r}" if spaces is not None and slot < len(spaces) else "its space"
         error = DomainError(f"step {step}: the update leaves the parameter object: the updated "
                             f"point of {name} is outside {where}; the step is refused and the "
@@ -126,7 +132,7 @@ class TrainStep:
         if not isinstance(opt, Optimiser):
             raise TypeError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
         model = model.fixed("train_step") if hasattr(model, "fixed") else model
-        self.model, self.loss_family, self.opt = model, loss_family, opt
+        self.model, self.loss_family, self.opt = model, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
         self.names = slot_names(model)
@@ -168,6 +174,7 @@ class TrainStep:
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, self.names)
             raise TypeError(f"the parameters do not have the structure of {self.model.param!r}")
+        self.loss_family.check_targets(Y, self.model.cod)  # shapes here; values by `targets_ok`
         dom = self.model.dom
         want = [S.shape for S in (dom.factors if isinstance(dom, Product) else (dom,))]
         got = [tuple(x.shape) for x in (X if isinstance(dom, Product) else (X,))]
@@ -178,6 +185,7 @@ class TrainStep:
     def step_fn(self, state, X, Y):
         """The traceable step (what is compiled, and what `fit` scans)."""
         self._validate(state, X, Y)
+        targets_ok = self.loss_family.targets_ok(Y)
         opt, space = self.opt, self.model.param
         p_eval = opt.lookahead(state.opt_state, state.params)
         if self.mesh is None:
@@ -190,9 +198,11 @@ class TrainStep:
                                            Covector(cov, space), ctx, space)
         cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
         in_ok = _inside_flags(space, p_new, inside)
-        kinds = jnp.stack([jnp.all(cov_ok), jnp.all(new_ok), jnp.all(in_ok)])
+        kinds = jnp.stack([jnp.all(cov_ok), jnp.all(new_ok), jnp.all(in_ok), jnp.all(targets_ok)])
+        kinds = kinds.at[:3].set(kinds[:3] | ~kinds[3])  # a bad target is the fault to name
         kind = jnp.where(jnp.all(kinds), 0, 1 + jnp.argmin(kinds)).astype(jnp.int32)
-        slot = jnp.stack([jnp.argmin(cov_ok), jnp.argmin(new_ok), jnp.argmin(in_ok)])[
+        slot = jnp.stack([jnp.argmin(cov_ok), jnp.argmin(new_ok), jnp.argmin(in_ok),
+                          jnp.argmin(targets_ok)])[
             jnp.maximum(kind - 1, 0)].astype(jnp.int32)
         clean = state.fault[0] == 0
         ok = jnp.logical_and(clean, kind == 0)

@@ -1,63 +1,483 @@
-"""Losses: plain smooth maps L : C → R for a fixed target (not lenses: no parameter object).
+"""Losses: plain smooth maps L_y : C → R for a fixed target y (not lenses: no parameter object),
+and loss families y ↦ L_y.
 
 `dL(loss, c)` is the covector dL_c on C that starts the backward pass. For a batch the score
 is the sum of per-example scores (`batch_loss`, with `reduction="mean"` offered explicitly).
+
+A `LossFamily` is an object: it knows its per-example value `value(c, y)`, the outputs its
+targets belong to (`output_space`) and which targets it accepts (`check_targets`), and,
+where it is the negative log-likelihood of a predictive distribution p(y | z), that
+distribution's Fisher information in the output (`output_fisher(z, v) = F(z) v`). Calling a
+family at a target gives the plain map, `half_squared_error(y) : R^shape(y) → R`; calling it
+with configuration only gives the configured family, `softmax_cross_entropy(classes=3)`.
+Families are compared and hashed by value (type and configuration), so equal families share
+compiled functions. `loss_family(x)` normalises what a user may pass where a family belongs
+(a family, a `functools.partial` of one, or a plain callable y ↦ Smooth).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from categories import Covector, R, Smooth
+from categories import Covector, R, Smooth, Space
 
-
-def half_squared_error(y) -> Smooth:
-    """ŷ ↦ ½‖ŷ − y‖² : R^shape(y) → R."""
-    y = jnp.asarray(y)
-    return Smooth(R(*y.shape), R(), lambda yhat: 0.5 * jnp.sum((yhat - y) ** 2), "½‖· − y‖²",
-                  check=False)
+_MISSING = object()
+_SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
 
 
-def softmax_cross_entropy(label, classes: int | None = None) -> Smooth:
-    """z ↦ −log softmax(z)_label : R^k → R (label an integer class with `classes` = k, or a
-    probability vector over k classes, giving −Σ y_i log softmax(z)_i)."""
-    label = jnp.asarray(label)
-    if label.ndim == 0:
-        if classes is None:
-            raise TypeError("softmax_cross_entropy(label) with an integer label needs classes=k")
-        return Smooth(R(classes), R(), lambda z: -jax.nn.log_softmax(z)[label], "CE", check=False)
-    return Smooth(R(*label.shape), R(), lambda z: -jnp.sum(label * jax.nn.log_softmax(z)), "CE",
-                  check=False)
+def _concrete(x) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(x))
 
 
-def binary_cross_entropy(y) -> Smooth:
-    """z ↦ −[y log σ(z) + (1 − y) log(1 − σ(z))] on logits z : R^shape(y) → R."""
-    y = jnp.asarray(y)
-    return Smooth(R(*y.shape), R(),
-                  lambda z: jnp.sum(jax.nn.softplus(z) - y * z), "BCE", check=False)
+def _as_array(Y, fam):
+    """Y as an array (numpy for host data, kept as is for JAX arrays and tracers)."""
+    if isinstance(Y, (jax.Array, np.ndarray)) or isinstance(Y, jax.core.Tracer):
+        return Y
+    try:
+        return np.asarray(Y)
+    except Exception as e:  # noqa: BLE001 — a ragged list, an object
+        raise TypeError(f"{fam!r}: targets must be an array, got {type(Y).__name__}") from e
 
+
+def _shape_str(shape) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+class LossFamily:
+    """y ↦ L_y : C → R, a family of smooth losses indexed by the target (abstract).
+
+    Subclasses implement `value(c, y)`, the loss of one output c for one target y (a scalar,
+    written with jax.numpy so that it can be differentiated). They may override:
+
+    - `output_space(y)`: the space C of outputs a target y (only its shape and dtype are
+      read) belongs to; by default R^shape(y).
+    - `check_values(Y, batched)`: raise `ValueError` for targets outside the family's domain
+      (concrete values only); by default every value is accepted.
+    - `output_fisher(z, v)`: F(z) v, the Fisher information in the output of the predictive
+      distribution p(y | z) whose negative log-likelihood the loss is. Needed by `Fisher` and
+      by `KFAC` (curvature="fisher"); `GaussNewton` needs only `value`.
+    - `configure(**config)`: the family with other configuration (default: `dataclasses.replace`
+      for a dataclass family; a family without configuration refuses any).
+
+    Equality and hashing are by value: the type and the configuration (the dataclass fields,
+    or the instance attributes of a plain subclass). Give a family hashable configuration so
+    that equal families share compiled functions; with unhashable configuration a family is
+    only equal to itself.
+    """
+
+    name: str | None = None
+    symbol: str | None = None  # the name of the loss for one target, e.g. "½‖· − y‖²"
+    predictive: str | None = None  # a description of p(y | z), where the loss has one
+
+    # -- what subclasses give ---------------------------------------------------------------
+    def value(self, c, y):
+        """L_y(c), a scalar, for one output c and one target y."""
+        raise NotImplementedError(f"{type(self).__name__} must implement value(c, y)")
+
+    def output_space(self, y) -> Space:
+        """The space of outputs that a target y belongs to (only y's shape and dtype are read)."""
+        return R(*tuple(y.shape))
+
+    def check_values(self, Y, batched: bool = True) -> None:
+        """Raise `ValueError` if a concrete target lies outside the family's domain."""
+
+    def targets_ok(self, Y):
+        """Per example of the batch Y, whether its target lies in the family's domain: the
+        traceable form of `check_values`, which a compiled training step records as a fault
+        instead of reading its targets back to the host."""
+        return jnp.ones(jnp.shape(Y)[:1], bool)
+
+    def output_fisher(self, z, v):
+        """F(z) v, the output-space Fisher information of the predictive distribution."""
+        raise NotImplementedError
+
+    @property
+    def has_output_fisher(self) -> bool:
+        """Whether this family supplies `output_fisher` (so that `Fisher` can use it)."""
+        return type(self).output_fisher is not LossFamily.output_fisher
+
+    def configure(self, **config) -> "LossFamily":
+        """This family with the configuration `config` changed."""
+        if not config:
+            return self
+        if dataclasses.is_dataclass(self):
+            names = {f.name for f in dataclasses.fields(self)}
+            unknown = sorted(set(config) - names)
+            if unknown:
+                raise TypeError(f"{self!r} has no configuration {', '.join(unknown)} "
+                                f"(it has {', '.join(sorted(names)) or 'none'})")
+            return dataclasses.replace(self, **config)
+        raise TypeError(f"{self!r} takes no configuration, got {', '.join(sorted(config))}")
+
+    # -- derived ---------------------------------------------------------------------------
+    def __call__(self, y=_MISSING, **config):
+        """`family(y)`: the loss L_y : C → R for the target y (a `Smooth`); `family(**config)`:
+        the configured family; `family(y, **config)`: the configured family's loss at y."""
+        fam = self.configure(**config)
+        if y is _MISSING:
+            return fam
+        return fam.at(y)
+
+    def at(self, y) -> Smooth:
+        """The loss L_y : C → R for one target y."""
+        y = self.check_targets(y, batched=False)
+        y = jnp.asarray(y)
+        value = self.value
+        return Smooth(self.output_space(y), R(), lambda c: value(c, y),
+                      self.symbol or self._short(), check=False)
+
+    def check_targets(self, Y, output_space: Space | None = None, batched: bool = True):
+        """Y, if it is a batch of targets (or, `batched=False`, one target) of this family
+        whose outputs lie in `output_space` (when given); else a `ValueError` or `TypeError`
+        naming the family, what it expected and what it was given. Shapes are checked always,
+        values (labels in range, probabilities in [0, 1], ...) only for concrete Y."""
+        Y = _as_array(Y, self)
+        shape = tuple(np.shape(Y))
+        if batched and not shape:
+            raise ValueError(f"{self!r}: a batch of targets needs a leading batch axis, "
+                             "got a scalar")
+        example_shape = shape[1:] if batched else shape
+        expected = self._output_space_of(example_shape, Y.dtype)
+        if output_space is not None and tuple(expected.shape) != tuple(output_space.shape):
+            raise ValueError(
+                f"{self!r}: targets of shape {_shape_str(example_shape)} (per example) belong to "
+                f"outputs in {expected!r}, but the model's outputs lie in {output_space!r}")
+        if _concrete(Y):
+            self.check_values(np.asarray(Y), batched)
+        return Y
+
+    def _output_space_of(self, shape, dtype) -> Space:
+        """`output_space` for a target of this shape and dtype, remembered (checking targets
+        runs once per training step)."""
+        try:
+            key = (self, shape, np.dtype(dtype))
+            hash(key)
+        except TypeError:
+            return self.output_space(jax.ShapeDtypeStruct(shape, dtype))
+        space = _SPACES.get(key)
+        if space is None:
+            space = self.output_space(jax.ShapeDtypeStruct(shape, dtype))
+            if len(_SPACES) >= 1024:
+                _SPACES.clear()
+            _SPACES[key] = space
+        return space
+
+    # -- value semantics -------------------------------------------------------------------
+    def _config(self) -> dict:
+        if dataclasses.is_dataclass(self):
+            return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        try:
+            return dict(vars(self))
+        except TypeError:
+            return {}
+
+    def _key(self):
+        cached = self.__dict__.get("_value_key")
+        if cached is not None:
+            return cached
+        items = tuple(sorted(self._config().items()))
+        try:
+            hash(items)
+        except TypeError:
+            return (type(self), id(self))
+        key = (type(self), items)
+        params = getattr(self, "__dataclass_params__", None)
+        if params is not None and params.frozen:  # immutable: the key can be kept
+            self.__dict__["_value_key"] = key
+        return key
+
+    def __eq__(self, other):
+        if not isinstance(other, LossFamily):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def _short(self) -> str:
+        return self.name or type(self).__name__
+
+    def __repr__(self):
+        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields
+                 if getattr(self, f.name) != f.default]
+        return f"{self._short()}({', '.join(shown)})" if shown else self._short()
+
+
+# -- the built-in families --------------------------------------------------------------------
+
+def _per_example(ok):
+    """All of each example's entries (axis 0 is the batch)."""
+    return jnp.all(jnp.reshape(ok, (jnp.shape(ok)[0], -1)), axis=1)
+
+
+def _need_finite(fam, Y):
+    if not np.all(np.isfinite(Y)):
+        bad = np.argwhere(~np.isfinite(Y))[0]
+        raise ValueError(f"{fam!r}: targets must be finite, got {Y[tuple(bad)]} at index "
+                         f"{tuple(int(i) for i in bad)}")
+
+
+def _need_real(fam, Y, what="targets"):
+    if not (np.issubdtype(Y.dtype, np.number) or Y.dtype == np.bool_):
+        raise TypeError(f"{fam!r}: {what} must be real numbers, got dtype {Y.dtype}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class HalfSquaredError(LossFamily):
+    """L_y(ŷ) = ½‖ŷ − y‖²: the negative log-likelihood (up to a constant) of y ~ N(ŷ, I),
+    whose output Fisher is F = I. Targets: real arrays shaped like the output."""
+
+    name = "half_squared_error"
+    symbol = "½‖· − y‖²"
+    predictive = "Normal(z, I)"
+
+    def value(self, c, y):
+        return 0.5 * jnp.sum((c - y) ** 2)
+
+    def check_values(self, Y, batched=True):
+        _need_real(self, Y)
+        _need_finite(self, Y)
+
+    def targets_ok(self, Y):
+        return _per_example(jnp.isfinite(Y))
+
+    def output_fisher(self, z, v):
+        return v
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class SoftmaxCrossEntropy(LossFamily):
+    """L_y(z) = −log softmax(z)_y for an integer class label y ∈ {0, …, k−1} (with `classes`
+    = k), or −Σ_i y_i log softmax(z)_i for a probability vector y over the last axis: the
+    negative log-likelihood of y ~ Categorical(softmax z), whose output Fisher is
+    F = diag π − π πᵀ, π = softmax z."""
+
+    classes: int | None = None
+    name = "softmax_cross_entropy"
+    symbol = "CE"
+    predictive = "Categorical(softmax z)"
+
+    def __post_init__(self):
+        k = self.classes
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer))
+                              or k < 1):
+            raise TypeError(f"softmax_cross_entropy: classes must be a positive integer, got {k!r}")
+        if k is not None:
+            object.__setattr__(self, "classes", int(k))
+
+    def value(self, c, y):
+        logp = jax.nn.log_softmax(c, axis=-1)
+        if jnp.ndim(y) == 0:  # a class label
+            return -logp[y]
+        return -jnp.sum(y * logp)
+
+    def output_space(self, y):
+        shape, dtype = tuple(y.shape), y.dtype
+        if not shape:
+            if not (np.issubdtype(dtype, np.integer)):
+                raise TypeError(f"{self!r}: a scalar target is a class label and must be an "
+                                f"integer, got dtype {np.dtype(dtype)}; pass integer labels or "
+                                "probability vectors")
+            if self.classes is None:
+                raise TypeError("softmax_cross_entropy with integer labels needs the number of "
+                                "classes: use softmax_cross_entropy(classes=k) (or "
+                                "softmax_cross_entropy(label, classes=k) for one loss)")
+            return R(self.classes)
+        if self.classes is not None and shape[-1] != self.classes:
+            raise ValueError(f"{self!r}: a probability-vector target needs {self.classes} "
+                             f"entries on its last axis, got shape {_shape_str(shape)}")
+        return R(*shape)
+
+    def check_values(self, Y, batched=True):
+        labels = Y.ndim == (1 if batched else 0)
+        if labels:
+            k = self.classes
+            if Y.size == 0 or (Y.min() >= 0 and Y.max() < k):
+                return
+            bad = (Y < 0) | (Y >= k)
+            if np.any(bad):
+                i = np.argwhere(bad)[0]
+                raise ValueError(f"{self!r}: class labels must be integers in [0, {k}), got "
+                                 f"{Y[tuple(i)]}" + (f" (example {int(i[0])})" if batched else ""))
+            return
+        _need_real(self, Y)
+        bad = ~((Y >= 0) & (Y <= 1))
+        if np.any(bad):
+            i = np.argwhere(bad)[0]
+            raise ValueError(f"{self!r}: probability-vector targets need entries in [0, 1], "
+                             f"got {Y[tuple(i)]} at index {tuple(int(j) for j in i)}")
+        eps = np.finfo(Y.dtype).eps if np.issubdtype(Y.dtype, np.floating) else 0.0
+        tol = max(1e-5, 100 * eps * Y.shape[-1])
+        sums = np.sum(Y, axis=-1, dtype=np.float64)
+        off = np.abs(sums - 1.0) > tol
+        if np.any(off):
+            i = np.argwhere(off)[0]
+            where = f" at index {tuple(int(j) for j in i)}" if len(i) else ""
+            raise ValueError(f"{self!r}: probability-vector targets must sum to 1 over the last "
+                             f"axis, got {float(sums[tuple(i)])}{where}; for integer class "
+                             "labels use softmax_cross_entropy(classes=k)")
+
+    def targets_ok(self, Y):
+        if jnp.ndim(Y) == 1:  # class labels
+            return (Y >= 0) & (Y < self.classes)
+        tol = max(1e-5, 100 * float(jnp.finfo(jnp.result_type(float)).eps) * Y.shape[-1])
+        inside = _per_example((Y >= 0) & (Y <= 1))
+        return inside & _per_example(jnp.abs(jnp.sum(Y, axis=-1) - 1.0) <= tol)
+
+    def output_fisher(self, z, v):
+        pi = jax.nn.softmax(z, axis=-1)
+        return pi * v - pi * jnp.sum(pi * v, axis=-1, keepdims=True)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class BinaryCrossEntropy(LossFamily):
+    """L_y(z) = −Σ_i [y_i log σ(z_i) + (1 − y_i) log(1 − σ(z_i))] on logits z, for targets
+    y ∈ [0, 1] shaped like the output: the negative log-likelihood of independent
+    y_i ~ Bernoulli(σ z_i), whose output Fisher is F = diag σ(1 − σ)."""
+
+    name = "binary_cross_entropy"
+    symbol = "BCE"
+    predictive = "Bernoulli(σ z)"
+
+    def value(self, c, y):
+        return jnp.sum(jax.nn.softplus(c) - y * c)
+
+    def check_values(self, Y, batched=True):
+        _need_real(self, Y)
+        bad = ~((Y >= 0) & (Y <= 1))
+        if np.any(bad):
+            i = np.argwhere(bad)[0]
+            raise ValueError(f"{self!r}: targets must lie in [0, 1], got {Y[tuple(i)]} at "
+                             f"index {tuple(int(j) for j in i)}")
+
+    def targets_ok(self, Y):
+        return _per_example((Y >= 0) & (Y <= 1))
+
+    def output_fisher(self, z, v):
+        q = jax.nn.sigmoid(z)
+        return q * (1.0 - q) * v
+
+
+half_squared_error = HalfSquaredError()
+softmax_cross_entropy = SoftmaxCrossEntropy()
+binary_cross_entropy = BinaryCrossEntropy()
+
+
+# -- families given as functions -----------------------------------------------------------------
+
+def _fn_key(fn):
+    """A value key for a function: partials by (function, arguments), others by identity."""
+    if isinstance(fn, functools.partial):
+        key = ("partial", _fn_key(fn.func), fn.args, tuple(sorted(fn.keywords.items())))
+        try:
+            hash(key)
+            return key
+        except TypeError:
+            return ("id", id(fn))
+    return ("fn", fn)
+
+
+class CallableFamily(LossFamily):
+    """A loss family given as a plain function y ↦ L_y (a `Smooth` C → R). It has a value
+    (so `GaussNewton` works with it) but no known predictive distribution (so `Fisher`
+    refuses it: write a `LossFamily` with `output_fisher`, or pass `output_fisher=`)."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", None) or repr(fn)
+        self._spaces = {}  # (target shape, dtype) ↦ output space, so fn runs once per shape
+
+    def _loss(self, y):
+        L = self.fn(y)
+        if not isinstance(L, Smooth):
+            raise TypeError(f"the loss family {self.name} must map a target to a loss "
+                            f"(a Smooth C → R), got {type(L).__name__}")
+        return L
+
+    def value(self, c, y):
+        return self._loss(y).fn(c)
+
+    def output_space(self, y):
+        key = (tuple(y.shape), np.dtype(y.dtype))
+        if key not in self._spaces:
+            self._spaces[key] = self._loss(jnp.zeros(y.shape, y.dtype)).dom
+        return self._spaces[key]
+
+    def at(self, y):
+        return self._loss(y)
+
+    def _key(self):
+        return (CallableFamily, _fn_key(self.fn))
+
+    def __repr__(self):
+        return f"loss_family({self.name})"
+
+
+def loss_family(family: Any) -> LossFamily:
+    """The `LossFamily` that `family` denotes: a family itself; a `functools.partial` of one
+    with configuration only (`partial(softmax_cross_entropy, classes=3)` is the family
+    `softmax_cross_entropy(classes=3)`, equal to every other); a plain callable y ↦ Smooth,
+    wrapped. A loss for one target (a `Smooth`) is refused: pass the family."""
+    if isinstance(family, LossFamily):
+        return family
+    if isinstance(family, Smooth):
+        raise TypeError(f"a loss family is needed, got the loss {family!r} for one target: "
+                        "pass the family, e.g. half_squared_error, not half_squared_error(y)")
+    if isinstance(family, type) and issubclass(family, LossFamily):
+        raise TypeError(f"a loss family is needed, got the class {family.__name__}: pass an "
+                        f"instance, e.g. {family.__name__}()")
+    if isinstance(family, functools.partial) and not family.args:
+        base = loss_family(family.func)
+        if not isinstance(base, CallableFamily):
+            return base.configure(**family.keywords)
+    if callable(family) and not isinstance(family, type):
+        return CallableFamily(family)
+    raise TypeError(f"a loss family is needed (e.g. half_squared_error, "
+                    f"softmax_cross_entropy(classes=k), or a LossFamily), got {family!r}")
+
+
+# -- the covector and the batch -------------------------------------------------------------------
 
 def dL(loss: Smooth, c) -> Covector:
     """The differential of the loss at c, a covector on C (the start of the backward pass)."""
+    if isinstance(loss, LossFamily):
+        raise TypeError(f"dL needs the loss for one target, got the family {loss!r}: "
+                        "pass family(y)")
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
 
 def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
-    """The loss of a batch, Σ_i family(y_i)(c_i) (or the mean), as a map on batched outputs."""
+    """The loss of a batch, Σ_i L_{y_i}(c_i) (or the mean), as a map on batched outputs.
+    The targets are checked against the family (shape always, values when concrete), and
+    the batched outputs against the targets' output space."""
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    fam = loss_family(family).configure(**kw) if kw else loss_family(family)
+    targets = fam.check_targets(targets)
     targets = jnp.asarray(targets)
-    per = jax.vmap(lambda c, y: family(y, **kw).fn(c))
-    example = family(targets[0], **kw)
     n = targets.shape[0]
-    dom = R(n, *example.dom.shape)
+    out = fam.output_space(jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
+    dom = R(n, *out.shape)
+    per = jax.vmap(fam.value)
 
     def fn(C):
+        if tuple(jnp.shape(C)) != dom.shape:
+            raise ValueError(f"{fam!r}: a batch of {n} targets of shape "
+                             f"{_shape_str(targets.shape[1:])} needs outputs of shape "
+                             f"{_shape_str(dom.shape)}, got {_shape_str(jnp.shape(C))}")
         losses = per(C, targets)
         return jnp.sum(losses) if reduction == "sum" else jnp.mean(losses)
 
-    return Smooth(dom, R(), fn, f"{reduction} of {example.name}", check=False)
+    return Smooth(dom, R(), fn, f"{reduction} of {fam._short()}", check=False)
 
 
-__all__ = ["half_squared_error", "softmax_cross_entropy", "binary_cross_entropy", "dL", "batch_loss"]
+__all__ = ["LossFamily", "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy",
+           "CallableFamily", "loss_family", "half_squared_error", "softmax_cross_entropy",
+           "binary_cross_entropy", "dL", "batch_loss"]

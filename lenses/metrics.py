@@ -7,7 +7,8 @@ the inverse, v ↦ g_p(v, −). With the Euclidean inner product the choice is i
 
 Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)` and `inner(p, u, v, ctx)`. `ctx` is a
 `Context` (model, loss family, batch) for metrics that depend on the data (`GaussNewton`,
-`Fisher`, `KFAC`, defined in `natural.py` and re-exported here); the constant ones ignore it.
+`Fisher`, `KFAC`, defined in `natural.py`, which builds on this module); the constant ones
+ignore it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import jax.numpy as jnp
 from categories import Covector, Space, Vector
 from categories.linear import pairing, unwrap
 
+from .losses import LossFamily, loss_family
+
 tree_map = jax.tree_util.tree_map
 
 
@@ -29,10 +32,16 @@ class Context:
     """What a data-dependent metric may look at: the model, the loss family and the batch."""
 
     model: Any
-    loss: Callable | None = None
+    loss: LossFamily | Callable | None = None
     x: Any = None
     y: Any = None
     reduction: str = "mean"
+
+    def __post_init__(self):
+        # The family as an object, equal by value: `partial(softmax_cross_entropy, classes=3)`
+        # becomes `softmax_cross_entropy(classes=3)`; a loss for one target is refused.
+        if self.loss is not None:
+            object.__setattr__(self, "loss", loss_family(self.loss))
 
 
 class Metric:
@@ -138,8 +147,3 @@ def unflatten_like(flat, like):
 
 
 __all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like"]
-
-# The data-dependent metrics build on the names above, so they are imported last.
-from .natural import KFAC, Fisher, GaussNewton, output_fisher  # noqa: E402
-
-__all__ += ["GaussNewton", "Fisher", "KFAC", "output_fisher"]

@@ -1,16 +1,19 @@
 """Inner products that vary with the parameter point and the data (natural-gradient metrics).
 
 Each reads its data from `ctx = Context(model, loss, x, y, reduction)`: `model` a per-example
-ParaLens, `loss` a loss family (target ↦ Smooth C → R), `x`, `y` a batch. With n examples the
-scale is s = 1/n (`reduction="mean"`) or s = 1 (`"sum"`), matching the batch loss.
+ParaLens, `loss` a loss family (a `LossFamily`, target ↦ Smooth C → R), `x`, `y` a batch.
+With n examples the scale is s = 1/n (`reduction="mean"`) or s = 1 (`"sum"`), matching the
+batch loss.
 
-- `GaussNewton`: G = s Σ_i J_iᵀ H_i J_i + λ I, J_i = ∂model(x_i, p)/∂p, H_i = ∂²L_{y_i}/∂z².
+- `GaussNewton`: G = s Σ_i J_iᵀ H_i J_i + λ I, J_i = ∂model(x_i, p)/∂p, H_i = ∂²L_{y_i}/∂z²,
+  the Hessian of the family's `value` by JAX: any loss family serves.
 - `Fisher`: the Fisher information of the predictive distribution p(y | x, θ) the loss defines
   (Gaussian with unit variance for `half_squared_error`, categorical softmax(z) for
-  `softmax_cross_entropy`, Bernoulli σ(z) for `binary_cross_entropy`):
-  F = s Σ_i J_iᵀ F_out(z_i) J_i + λ I, with F_out the output-space Fisher in closed form (an
-  exact expectation, no sampling). `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the
-  per-example parameter covectors g_i.
+  `softmax_cross_entropy`, Bernoulli σ(z) for `binary_cross_entropy`, or whatever a user's
+  family declares): F = s Σ_i J_iᵀ F_out(z_i) J_i + λ I, with F_out the family's
+  `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
+  given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
+  parameter covectors g_i.
 - `KFAC`: block diagonal over the layers that declare an affine structure (`Affine`: dense,
   linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`, wherever they sit.
 
@@ -26,15 +29,13 @@ categorical distribution unchanged.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from categories import Covector, Vector
 from categories.linear import unwrap
 
-from .losses import binary_cross_entropy, dL, half_squared_error, softmax_cross_entropy
+from .losses import dL, loss_family
 from .metrics import Context, Metric, ravel, unflatten_like
 from .para_lens import Affine, at_path, batched
 
@@ -53,37 +54,25 @@ def _data(ctx, who):
     return n, (1.0 / n if ctx.reduction == "mean" else 1.0)
 
 
-def _base(family):
-    while isinstance(family, functools.partial):
-        family = family.func
-    return family
-
-
 def output_fisher(family):
-    """(z, v) ↦ F(z) v, the Fisher information of the distribution p(y | z) that the loss
-    family is the negative log-likelihood of, in the output z (a closed form per family)."""
-    base = _base(family)
-    if base is half_squared_error:  # N(z, I): F = I
-        return lambda z, v: v
-    if base is softmax_cross_entropy:  # Categorical(softmax z): F = diag π − π πᵀ
-        def categorical(z, v):
-            pi = jax.nn.softmax(z, axis=-1)
-            return pi * v - pi * jnp.sum(pi * v, axis=-1, keepdims=True)
-        return categorical
-    if base is binary_cross_entropy:  # independent Bernoulli(σ z): F = diag σ(1 − σ)
-        def bernoulli(z, v):
-            q = jax.nn.sigmoid(z)
-            return q * (1.0 - q) * v
-        return bernoulli
-    raise TypeError(f"no predictive distribution is known for the loss family {family!r}: "
-                    "Fisher knows half_squared_error, softmax_cross_entropy and "
-                    "binary_cross_entropy; pass output_fisher=(z, v) ↦ F(z) v for another")
+    """(z, v) ↦ F(z) v, the Fisher information in the output z of the distribution p(y | z)
+    that the loss family is the negative log-likelihood of (the family's `output_fisher`)."""
+    fam = loss_family(family)
+    if not fam.has_output_fisher:
+        raise TypeError(f"no predictive distribution is known for the loss family {fam!r}: "
+                        "Fisher needs its output-space Fisher F(z) v. Give the family an "
+                        "output_fisher(z, v) method (subclass LossFamily), or pass "
+                        "output_fisher=(z, v) ↦ F(z) v to the metric; GaussNewton needs only "
+                        "the loss's value")
+    return fam.output_fisher
 
 
 def _loss_hvp(family):
     """(z, y, v) ↦ H v, the Hessian of the loss L_y in the output z applied to v."""
+    value = loss_family(family).value
+
     def hvp(z, y, v):
-        return jax.jvp(jax.grad(family(y).fn), (z,), (v,))[1]
+        return jax.jvp(jax.grad(lambda c: value(c, y)), (z,), (v,))[1]
     return hvp
 
 
@@ -106,6 +95,16 @@ def _space(cov, ctx):
     return getattr(cov, "space", None) or (ctx.model.param if ctx is not None else None)
 
 
+def _hashable(family):
+    """The family as a cache key: itself when hashable (by value), else its identity (the
+    cached function holds the family, so the identity is not reused while it is cached)."""
+    try:
+        hash(family)
+    except TypeError:
+        return ("id", id(family))
+    return family
+
+
 class _DataMetric(Metric):
     """A metric read off the model and the batch. `sharp`, `flat` and `matrix` run through one
     compiled function per (method, model, loss family, reduction), with the parameter point,
@@ -116,10 +115,14 @@ class _DataMetric(Metric):
 
     def _run(self, method, p, t, ctx):
         _data(ctx, type(self).__name__)
+        loss = loss_family(ctx.loss)
+        loss.check_targets(ctx.y, getattr(ctx.model, "cod", None))
         cache = self.__dict__.setdefault("_compiled", {})
-        key = (method, ctx.model, ctx.loss, ctx.reduction)
+        # Keyed by the family's value (type and configuration): equal families, however often
+        # made afresh, share one compiled function.
+        key = (method, ctx.model, _hashable(loss), ctx.reduction)
         if key not in cache:
-            impl, (model, loss, reduction) = getattr(self, method), key[1:]
+            impl, model, reduction = getattr(self, method), ctx.model, ctx.reduction
             if len(cache) >= self._MAX_COMPILED:
                 cache.pop(next(iter(cache)))
             cache[key] = jax.jit(
@@ -225,11 +228,11 @@ class Fisher(GaussNewton):
 
     def _covectors(self, p, ctx):
         """The per-example parameter covectors g_i, stacked as an (n, d) matrix."""
-        model, loss = ctx.model, ctx.loss
+        model, loss = ctx.model, loss_family(ctx.loss)
 
         def one(x, y):
             z, pull = model.vjp(x, p)
-            return ravel(unwrap(pull(dL(loss(y), z))[1]))
+            return ravel(unwrap(pull(dL(loss.at(y), z))[1]))
 
         return jax.vmap(one)(ctx.x, ctx.y)
 

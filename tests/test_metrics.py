@@ -145,3 +145,13 @@ def test_an_undamped_singular_metric_refuses_to_sharpen():
     out = GaussNewton(damping=1.0).sharp(p, Covector(p), ctx).value  # damping repairs it
     np.testing.assert_allclose(out[0], jnp.ones((2, 3)))  # the W block is λ I = I
     np.testing.assert_allclose(out[1], jnp.zeros(2))
+
+
+def test_metrics_does_not_import_natural():
+    """The constant metrics are the base that natural.py builds on, not the other way round."""
+    import ast
+    import lenses.metrics
+
+    tree = ast.parse(open(lenses.metrics.__file__, encoding="utf-8").read())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(m and m.split(".")[-1] == "natural" for m in imported)
