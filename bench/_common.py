@@ -36,11 +36,14 @@ def thread_env(threads: int | None) -> dict:
     return env
 
 
-def run_worker(script: str, config: dict, timeout: float = 900, threads: int | None = None) -> dict:
+def run_worker(script: str, config: dict, timeout: float = 900, threads: int | None = None,
+               clock: str | None = None) -> dict:
     """Run `script --worker config` in a fresh interpreter; its last stdout line is JSON."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                **thread_env(threads))
     env.setdefault("BENCH_CLOCK", os.environ.get("BENCH_CLOCK", "cpu"))
+    if clock is not None:
+        env["BENCH_CLOCK"] = clock
     proc = subprocess.run([sys.executable, script, "--worker", json.dumps(config)],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     if proc.returncode != 0:

@@ -3,8 +3,7 @@
   lens        the network as a lens expression, the step written with the public lens API
               (batched(model).vjp, dL of the batch loss, p − η·sharp(p')), jax.jit-compiled
   train_step  lenses.train_step(model, loss, gd(η)): the same step plus the library's fault
-              checks (finite covectors, new point inside P), which read one flag array back
-              to the host every step
+              record (finite covectors, new point inside P, targets), kept on the device
   jax         hand-written jax.value_and_grad + jax.jit
   torch       PyTorch CPU eager (nn.Linear, torch.optim.SGD)
   numpy       backpropagation written by hand in numpy
@@ -14,8 +13,13 @@ that one step gives the same new parameters everywhere (relative 1e-5). Each con
 runs in fresh processes, the contestants interleaved within each; compile time (trace +
 XLA compile) is reported apart from step time.
 
-    .venv/bin/python bench/step.py                 # all configurations
-    .venv/bin/python bench/step.py --sizes 4-16-3 --losses se --repeats 9
+A second table times the loops a user runs, over 64 batches, in wall-clock time with each
+library's default threads: the `train_step` loop, `fit` (per step, from 6 epochs minus 1, so
+that compilation cancels), the hand-written JAX step looped per batch and as one `lax.scan`
+over the epoch, and PyTorch eager looped.
+
+    .venv/bin/python bench/step.py                 # all configurations, both tables
+    .venv/bin/python bench/step.py --sizes 4-16-3 --losses se --repeats 9 --tables loop
 """
 
 from __future__ import annotations
@@ -247,6 +251,119 @@ def worker(cfg):
             "torch_threads": torch.get_num_threads()})
 
 
+# -- the loops a user runs -----------------------------------------------------------------------
+
+STEPS = 64  # batches per epoch in the loop table
+
+
+def jax_scan_epoch(sizes, loss):
+    """The hand-written JAX step as one `lax.scan` over the epoch's batches (one dispatch)."""
+    import jax
+    step = jax_step(sizes, loss)
+
+    def epoch(p, XS, YS):
+        return jax.lax.scan(lambda p, xy: step(p, *xy), p, (XS, YS))
+
+    return jax.jit(epoch)
+
+
+def loop_worker(cfg):
+    """Wall clock, each library's default threads: loops over STEPS batches, per step."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from lenses import fit, gd, train_step
+
+    sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
+    params, _, _ = data(sizes, batch, loss)
+    rng = np.random.default_rng(1)
+    n = STEPS * batch
+    Xall = rng.standard_normal((n, sizes[0])).astype(np.float32)
+    Yall = (rng.standard_normal((n, sizes[-1])).astype(np.float32) if loss == "se"
+            else rng.integers(0, sizes[-1], n).astype(np.int32))
+    XS, YS = jnp.asarray(Xall.reshape(STEPS, batch, -1)), jnp.asarray(Yall.reshape(STEPS, batch, *Yall.shape[1:]))
+    Xb, Yb = [XS[i] for i in range(STEPS)], [YS[i] for i in range(STEPS)]
+    p_jax = [tuple(jnp.asarray(a) for a in wb) for wb in params]
+    model, family = lens_model(sizes), loss_family(loss, sizes[-1])
+    jx, scan = jax_step(sizes, loss), jax_scan_epoch(sizes, loss)
+    ts = train_step(model, family, gd(LR))
+    box = {"jax": p_jax, "scan": p_jax, "ts": ts.init(lens_params(params))}
+    net, tstep = torch_step(params, loss)
+    Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
+    Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
+          for y in Yb]
+
+    def hand_loop():
+        p = box["jax"]
+        for x, y in zip(Xb, Yb):
+            p, v = jx(p, x, y)
+        v.block_until_ready()
+        box["jax"] = p
+
+    def hand_scan():
+        box["scan"], v = scan(box["scan"], XS, YS)
+        v.block_until_ready()
+
+    def ts_loop():
+        state = box["ts"]
+        for x, y in zip(Xb, Yb):
+            state, report = ts(state, x, y)
+        report.check()  # one synchronisation per epoch, where a fault would surface
+        box["ts"] = state
+
+    def torch_loop():
+        for x, y in zip(Xt, Yt):
+            tstep(x, y)
+
+    def fit_epochs(k):
+        def run():
+            fit(model, family, gd(LR), lens_params(params), (Xall, Yall), epochs=k,
+                batch_size=batch, key=0, progress=False)
+        return run
+
+    for f in (hand_loop, hand_scan, ts_loop, torch_loop):
+        f()  # compile and warm up
+    fns = {"jax loop": hand_loop, "jax scan": hand_scan, "train_step loop": ts_loop,
+           "torch loop": torch_loop}
+    times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
+    times = {k: [t / STEPS for t in v] for k, v in times.items()}  # per step
+    one, six = fit_epochs(1), fit_epochs(6)
+    fit_times = []
+    for _ in range(cfg["repeats"]):  # compilation cancels out of the difference
+        t1 = C.timed(one, 1)
+        t6 = C.timed(six, 1)
+        fit_times.append((t6 - t1) / (5 * STEPS))
+    times["fit"] = fit_times
+    C.emit({"config": cfg, "times": times})
+
+
+def loop_table(args):
+    print(f"\n# loops over {STEPS} batches, µs of wall-clock time per step, each library's default "
+          f"threads: median [min–max] over {args.repeats} repeats × {args.processes} processes\n")
+    rows = []
+    batches = dict(CONFIGS)
+    for sizes in args.sizes:
+        batch = args.batch or batches.get(sizes, 256)
+        for loss in args.losses:
+            cfg = {"sizes": sizes, "batch": batch, "loss": loss, "repeats": args.repeats,
+                   "target_s": args.target, "mode": "loop"}
+            results = [C.run_worker(__file__, cfg, threads=0, clock="wall")
+                       for _ in range(args.processes)]
+            t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
+            ratio = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
+            fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
+            rows.append([f"{sizes} b{batch}", LOSSES[loss]]
+                        + [C.summary(t[k], 1e6) for k in ("train_step loop", "fit", "jax loop",
+                                                          "jax scan", "torch loop")]
+                        + [ratio("train_step loop", "jax loop"), fit_ratio("jax loop"),
+                           fit_ratio("jax scan"), ratio("train_step loop", "torch loop")])
+    print(C.table(["network", "loss", "train_step loop µs", "fit µs", "JAX loop µs",
+                   "JAX scan µs", "torch loop µs", "train_step/JAX loop", "fit/JAX loop",
+                   "fit/JAX scan", "train_step/torch"], rows))
+
+
 # -- the driver ----------------------------------------------------------------------------------
 
 def main():
@@ -257,14 +374,25 @@ def main():
     ap.add_argument("--batch", type=int, default=None, help="batch size for every --sizes given")
     ap.add_argument("--losses", nargs="*", default=list(LOSSES), choices=list(LOSSES))
     ap.add_argument("--target", type=float, default=0.15, help="seconds per timed repeat (default 0.15)")
+    ap.add_argument("--tables", nargs="*", default=["step", "loop"], choices=["step", "loop"],
+                    help="step: one step, CPU time (by default); loop: the loops users run "
+                         "(train_step, fit), wall clock, default threads")
     C.add_common_args(ap, processes=2, repeats=5)
     args = ap.parse_args()
     if args.worker:
-        return worker(json.loads(args.worker))
+        cfg = json.loads(args.worker)
+        return loop_worker(cfg) if cfg.get("mode") == "loop" else worker(cfg)
     C.setup(args)
 
-    batches = dict(CONFIGS)
     print(f"# bench/step.py — {C.machine(args)}")
+    if "step" in args.tables:
+        step_table(args)
+    if "loop" in args.tables:
+        loop_table(args)
+
+
+def step_table(args):
+    batches = dict(CONFIGS)
     print(f"# µs ({args.clock} time) per step: median [min–max] over {args.repeats} repeats × {args.processes} processes; "
           "ratios: median of side-by-side pairs\n")
     rows, failures = [], []

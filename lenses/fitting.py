@@ -114,7 +114,8 @@ class _Loop:
 
 def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
         key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
-        mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None):
+        mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
+        max_steps: int | None = None):
     """Train for `epochs` more passes over shuffled minibatches of `data = (X, Y)`.
 
     Every batch has exactly `batch_size` examples (one compilation): the remainder of each
@@ -125,8 +126,9 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     over the whole run), loss (mean over the epoch's steps taken here), steps_per_s, and
     accuracy on `eval_data` when given. `steps_per_dispatch` steps run in one compiled call
     (default: an epoch, at most 256); `on_device` puts the data on the device (default: when
-    it is under `DEVICE_DATA_LIMIT` bytes). `progress=None` shows a progress line, updated per
-    dispatch, only when stderr is a terminal.
+    it is under `DEVICE_DATA_LIMIT` bytes). `max_steps` stops the run once the state has
+    taken that many steps in all (mid-epoch if need be). `progress=None` shows a progress line,
+    updated per dispatch, only when stderr is a terminal.
     """
     X, Y = data
     step = train_step(model, loss_family, opt, reduction, mesh)
@@ -152,7 +154,10 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     try:
         for epoch in range(first, last + 1):
             start = position if epoch == first else 0
-            chunks = [(lo, min(lo + k_max, steps)) for lo in range(start, steps, k_max)]
+            end = steps if max_steps is None else min(steps, int(max_steps) - (epoch - 1) * steps)
+            if end <= start:
+                break
+            chunks = [(lo, min(lo + k_max, end)) for lo in range(start, end, k_max)]
             losses, t0 = [], time.perf_counter()
             host = None if device else np.asarray(epoch_order(key, epoch, n, batch_size))
             pending = _send(data, host, chunks[0]) if host is not None else None
@@ -178,7 +183,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                               f"{(hi - start) / max(now - t0, 1e-9):.0f} steps/s")
             elapsed = max(time.perf_counter() - t0, 1e-9)
             record = {"epoch": epoch, "loss": float(np.mean(np.concatenate(losses))),
-                      "steps_per_s": (steps - start) / elapsed}
+                      "steps_per_s": (end - start) / elapsed}
             if eval_data is not None:
                 record["accuracy"] = accuracy(step.model, state.params, *eval_data)
             history.append(record)
