@@ -99,7 +99,7 @@ def test_pullback_of_a_map_with_known_transpose_is_its_vjp(f, x, y):
     check_pullback(f, x, y)
 
 
-@examples(60)
+@examples(50)
 @given(st.data())
 def test_pullback_of_a_drawn_map_is_its_vjp(data):
     A = data.draw(cs.euclidean_spaces(terminal=False), "A")
@@ -129,7 +129,7 @@ def test_dual_of_a_composite_of_differentials_reverses_the_order(f, g):
     check_dual_of_composite(f, g, x, z)
 
 
-@examples(50)
+@examples(40)
 @given(st.data())
 def test_dual_composition_law_on_drawn_differentials(data):
     A, B, C = (data.draw(cs.euclidean_spaces(terminal=False), f"space {i}") for i in range(3))
@@ -220,8 +220,8 @@ def pairing(c, y):
 MODELS = {
     "chain": (CHAIN, chain_direct, R(3)),
     "parallel": (PAR, par_direct, R(3) * R(3)),
-    "pre >> parallel >> mix": (PAR_CHAIN, par_chain_direct, R(3) * R(3)),
-    "derived parallel >> mix >> hand": (PAR_DERIVED_CHAIN, par_derived_chain_direct, R(3) * R(3)),
+    "pre-parallel-mix": (PAR_CHAIN, par_chain_direct, R(3) * R(3)),
+    "derived_parallel-mix-hand": (PAR_DERIVED_CHAIN, par_derived_chain_direct, R(3) * R(3)),
 }
 
 
@@ -433,7 +433,11 @@ def hand_loop(batches):
 
 def todays_orders():
     """`fit`'s documented rule today: one numpy generator seeded from the key (an int key is
-    the seed), a fresh permutation of all examples each epoch, the remainder dropped."""
+    the seed), a fresh permutation of all examples each epoch, the remainder dropped.
+
+    `lenses` offers no public helper giving the order; should the rule change (a JAX key in
+    compiled code), read the order from the helper documenting it here. The next test holds
+    for any correct rule."""
     rng = np.random.default_rng(FIT_KEY)
     steps = FIT_N // FIT_BATCH
     return [rng.permutation(FIT_N)[: steps * FIT_BATCH].reshape(steps, FIT_BATCH)
@@ -503,8 +507,8 @@ def test_fit_orders_differ_between_epochs_and_match_a_hand_loop_over_its_batches
 
 @pytest.mark.parametrize("weights", [0.0, -1.0, (1.0, 0.0), (np.ones((2, 2)), np.array([1.0, 0.0, 2.0])),
                                      (np.ones(3), None, np.array([0.5, -0.0]))],
-                         ids=["zero", "negative", "pair with a zero", "array with a zero",
-                              "with None and -0.0"])
+                         ids=["zero", "negative", "pair_with_a_zero", "array_with_a_zero",
+                              "with_None_and_minus_zero"])
 def test_diagonal_refuses_a_weight_that_is_not_positive(weights):
     with pytest.raises(ValueError):
         Diagonal(weights)
@@ -515,11 +519,11 @@ def _rank_deficient(n, rank, seed):
     return B @ B.T
 
 
-SINGULAR = {"zero row": np.array([[1.0, 0.0], [0.0, 0.0]]), "ones": np.ones((2, 2)),
-            "rank 2 of 3": _rank_deficient(3, 2, 0), "rank 3 of 5": _rank_deficient(5, 3, 1),
+SINGULAR = {"zero_row": np.array([[1.0, 0.0], [0.0, 0.0]]), "ones": np.ones((2, 2)),
+            "rank_2_of_3": _rank_deficient(3, 2, 0), "rank_3_of_5": _rank_deficient(5, 3, 1),
             "zero": np.zeros((3, 3))}
-INDEFINITE = {"eigenvalues 3, -1": np.array([[1.0, 2.0], [2.0, 1.0]]),
-              "diag(1, -1)": np.diag([1.0, -1.0]), "negative definite": -spd(3, 2)}
+INDEFINITE = {"eigenvalues_3_and_-1": np.array([[1.0, 2.0], [2.0, 1.0]]),
+              "diag_1_-1": np.diag([1.0, -1.0]), "negative_definite": -spd(3, 2)}
 
 
 @pytest.mark.parametrize("name", sorted(SINGULAR) + sorted(INDEFINITE))
