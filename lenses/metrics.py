@@ -113,6 +113,9 @@ class Constant(Metric):
         self.L = jnp.linalg.cholesky(G)
         if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
             raise ValueError("Constant metric needs a positive-definite matrix (Cholesky failed)")
+        eig = None if isinstance(self.L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
+        if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(self.L.dtype).eps * eig[-1]):
+            raise ValueError("Constant metric needs a positive-definite matrix (G is singular)")
 
     def _map(self, x, f):
         if self.slot is None:
