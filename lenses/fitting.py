@@ -136,7 +136,11 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     if _length(Y) != n:
         raise ValueError(f"fit needs as many targets as inputs: {n} inputs, {_length(Y)} targets")
     step.loss_family.check_targets(Y, step.model.cod)  # every target's value, once, here
-    batch_size = min(int(batch_size), n)
+    processes = jax.process_count() if mesh is not None else 1
+    if batch_size % processes:
+        raise ValueError(f"a batch of {batch_size} cannot be fed evenly by {processes} processes")
+    # Across processes each feeds its own data: its rows of every batch come from its `data`.
+    batch_size = min(int(batch_size) // processes, n)
     steps = n // batch_size
     key = as_key(key)
     state = params if isinstance(params, TrainState) else step.init(params)
@@ -160,15 +164,15 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
             chunks = [(lo, min(lo + k_max, end)) for lo in range(start, end, k_max)]
             losses, t0 = [], time.perf_counter()
             host = None if device else np.asarray(epoch_order(key, epoch, n, batch_size))
-            pending = _send(data, host, chunks[0]) if host is not None else None
+            pending = _send(data, host, chunks[0]) if host is not None and mesh is None else None
             for c, (lo, hi) in enumerate(chunks):
                 if device:
                     state, chunk_losses = loop.on_device(state, data, key, epoch, lo, hi - lo)
                 elif mesh is not None:
-                    state, chunk_losses = _per_step(step, state, pending)
+                    state, chunk_losses = _per_step(step, state, data, host[lo:hi])
                 else:
                     state, chunk_losses = loop.on_host(state, pending)
-                if host is not None and c + 1 < len(chunks):  # the next chunk travels meanwhile
+                if pending is not None and c + 1 < len(chunks):  # the next chunk travels meanwhile
                     pending = _send(data, host, chunks[c + 1])
                 chunk_losses, fault = jax.device_get((chunk_losses, state.fault))
                 if fault[0]:
@@ -200,11 +204,12 @@ def _send(data, order, chunk):
     return jax.device_put(jax.tree_util.tree_map(lambda a: np.asarray(a)[order[lo:hi]], data))
 
 
-def _per_step(step, state, batches):
-    """One dispatch per step (the sharded step places each batch over the mesh itself)."""
+def _per_step(step, state, data, rows):
+    """One dispatch per step over the mesh, each batch assembled from every process's rows."""
     losses = []
-    for i in range(_length(batches[0])):
-        state, (loss, _) = step._compiled(state, *jax.tree_util.tree_map(lambda a: a[i], batches))
+    for idx in rows:
+        local = jax.tree_util.tree_map(lambda a: np.asarray(a)[idx], data)
+        state, (loss, _) = step._compiled(state, *step.global_batch(local))
         losses.append(loss)
     return state, jnp.stack(losses)
 

@@ -227,8 +227,18 @@ class TrainStep:
         """The state (p, s₀, 0, no fault) for the initial point p."""
         check_params(self.model.param, params, self.names)
         self.model.param.check(params, "the initial parameters")
-        return TrainState(params, self.opt.init(params), jnp.zeros((), jnp.int32),
-                          jnp.zeros((3,), jnp.int32))
+        state = TrainState(params, self.opt.init(params), jnp.zeros((), jnp.int32),
+                           jnp.zeros((3,), jnp.int32))
+        if self.mesh is not None:  # replicated over the mesh, across processes too
+            state = jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
+        return state
+
+    def global_batch(self, local):
+        """The batch split over the mesh from this process's own rows of it
+        (`jax.make_array_from_process_local_data`: each process feeds its shard)."""
+        sharding = NamedSharding(self.mesh, PartitionSpec(self.axis))
+        return tree_map(lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)),
+                        local)
 
     def __call__(self, state: TrainState, X, Y):
         if self.mesh is not None and np.shape(X)[0] % self.mesh.shape[self.axis]:

@@ -1,0 +1,119 @@
+"""Past one machine, on JAX's own runtime: two processes on the loopback address, each with
+one CPU device and its own shard of every batch (`jax.distributed.initialize`, gloo
+collectives), train the same model as one process does with the whole batch.
+
+The processes are started here, bounded in time, and killed if anything goes wrong. The
+oracle is the single-process step in this test process (no mesh) over the same global
+batches, the rows of process 0 followed by those of process 1.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+from lenses import epoch_order, gd, half_squared_error, momentum, train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = r'''
+import json, sys
+pid, port = int(sys.argv[1]), int(sys.argv[2])
+import jax
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid, initialization_timeout=60)
+import numpy as np
+from jax.sharding import Mesh
+from lenses import dense, fit, gd, half_squared_error, momentum, tanh, train_step
+
+mesh = Mesh(np.array(jax.devices()), ("batch",))
+model = dense(3, 8) >> tanh >> dense(8, 2)
+p0 = model.init(jax.random.PRNGKey(0))
+X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (16, 3)))
+Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (16, 2)))
+mine = slice(8 * pid, 8 * (pid + 1))  # this process's rows: it feeds its own shard
+
+step = train_step(model, half_squared_error, momentum(0.1, 0.9), mesh=mesh)
+state = step.init(p0)
+for _ in range(5):
+    state, report = step(state, *step.global_batch((X[mine], Y[mine])))
+report.check()
+fitted, history = fit(model, half_squared_error, gd(0.1), p0, (X[mine], Y[mine]), epochs=2,
+                      batch_size=8, key=3, mesh=mesh)
+local = lambda t: [np.asarray(a.addressable_data(0)).tolist() for a in jax.tree_util.tree_leaves(t)]
+print("RESULT" + json.dumps({"processes": jax.process_count(), "step": local(state.params),
+                             "fit": local(fitted.params), "count": int(fitted.count),
+                             "history": [h["loss"] for h in history]}), flush=True)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_two_processes(tmp_path, timeout=180):
+    script = tmp_path / "worker.py"
+    script.write_text(SCRIPT)
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:  # cleaned up on failure: nothing is left running
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    results = []
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"a process failed:\n{err[-3000:]}"
+        line = [x for x in out.splitlines() if x.startswith("RESULT")][-1]
+        results.append(json.loads(line[len("RESULT"):]))
+    return results
+
+
+def test_two_processes_train_as_one(tmp_path):
+    from lenses import dense, tanh
+    model = dense(3, 8) >> tanh >> dense(8, 2)
+    p0 = model.init(jax.random.PRNGKey(0))
+    X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (16, 3)))
+    Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (16, 2)))
+
+    one = train_step(model, half_squared_error, momentum(0.1, 0.9))
+    ref = one.init(p0)
+    for _ in range(5):
+        ref, _ = one(ref, X, Y)
+    # fit: each process draws the same order over its own 8 rows, 4 rows a step each
+    plain = train_step(model, half_squared_error, gd(0.1))
+    fitted, losses = plain.init(p0), []
+    for epoch in (1, 2):
+        order, epoch_losses = np.asarray(epoch_order(3, epoch, 8, 4)), []
+        for idx in order:
+            rows = np.concatenate([idx, 8 + idx])
+            fitted, report = plain(fitted, X[rows], Y[rows])
+            epoch_losses.append(float(report.loss))
+        losses.append(float(np.mean(epoch_losses)))
+
+    results = run_two_processes(tmp_path)
+    for r in results:
+        assert r["processes"] == 2
+        for got, want in zip(r["step"], jax.tree_util.tree_leaves(ref.params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
+        for got, want in zip(r["fit"], jax.tree_util.tree_leaves(fitted.params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
+        assert r["count"] == 4
+        np.testing.assert_allclose(r["history"], losses, rtol=1e-12)
+    moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                for a, b in zip(results[0]["step"], jax.tree_util.tree_leaves(p0)))
+    assert moved > 1e-3  # the comparison is not of two untouched points
