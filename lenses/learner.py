@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from categories import Covector, DomainError, Product
 
-from .checks import largest_slope
 from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import NonFiniteError, Optimiser, check_params, finite_flags, from_optax, slot_names
@@ -196,24 +196,37 @@ class TrainStep:
         ctx = Context(self.model, self.loss_family, X, Y, self.reduction)
         s_new, p_new, inside = opt.propose(state.opt_state, state.params,
                                            Covector(cov, space), ctx, space)
-        cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
-        in_ok = _inside_flags(space, p_new, inside)
-        kinds = jnp.stack([jnp.all(cov_ok), jnp.all(new_ok), jnp.all(in_ok), jnp.all(targets_ok)])
-        kinds = kinds.at[:3].set(kinds[:3] | ~kinds[3])  # a bad target is the fault to name
-        kind = jnp.where(jnp.all(kinds), 0, 1 + jnp.argmin(kinds)).astype(jnp.int32)
-        slot = jnp.stack([jnp.argmin(cov_ok), jnp.argmin(new_ok), jnp.argmin(in_ok),
-                          jnp.argmin(targets_ok)])[
-            jnp.maximum(kind - 1, 0)].astype(jnp.int32)
+        # The fast path is one reduction: max(|p'|, 0·p'') is max |p'| (the report's slope)
+        # when every coordinate of the covector and of the new point is finite, and NaN or
+        # infinity otherwise; the targets join it when the family can check them. Which kind
+        # of fault and which slot is worked out only when that fails (the rare branch).
+        pieces = [jnp.ravel(jnp.abs(a)) for a in jax.tree_util.tree_leaves(cov)]
+        pieces += [jnp.ravel(a) * 0 for a in jax.tree_util.tree_leaves(p_new)]
+        if targets_ok is not None:
+            pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(pieces[0].dtype if pieces else float))
+        health = jnp.max(jnp.concatenate(pieces)) if pieces else jnp.asarray(0.0)
         clean = state.fault[0] == 0
-        ok = jnp.logical_and(clean, kind == 0)
+        ok = jnp.logical_and(clean, jnp.logical_and(jnp.isfinite(health), inside))
+
+        def diagnose(_):
+            cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
+            in_ok = _inside_flags(space, p_new, inside)
+            t_ok = jnp.ones((1,), bool) if targets_ok is None else targets_ok
+            kinds = jnp.stack([jnp.all(cov_ok), jnp.all(new_ok), jnp.all(in_ok), jnp.all(t_ok)])
+            kinds = kinds.at[:3].set(kinds[:3] | ~kinds[3])  # a bad target is the fault to name
+            kind = (1 + jnp.argmin(kinds)).astype(jnp.int32)
+            slot = jnp.stack([jnp.argmin(cov_ok), jnp.argmin(new_ok), jnp.argmin(in_ok),
+                              jnp.argmin(t_ok)])[kind - 1].astype(jnp.int32)
+            return jnp.where(clean, jnp.stack([kind, (state.count + 1).astype(jnp.int32), slot]),
+                             jnp.asarray(state.fault, jnp.int32))
+
+        fault = lax.cond(ok, lambda _: jnp.asarray(state.fault, jnp.int32), diagnose, None)
         # The old state or the new, selected on the device: a refused step changes nothing.
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
                                      (p_new, s_new), (state.params, state.opt_state))
-        fault = jnp.where(jnp.logical_and(clean, kind != 0),
-                          jnp.stack([kind, (state.count + 1).astype(jnp.int32), slot]),
-                          jnp.asarray(state.fault, jnp.int32))
         count = state.count + ok.astype(state.count.dtype)
-        return TrainState(params, opt_state, count, fault), (loss, largest_slope(cov))
+        slope = health if jax.tree_util.tree_leaves(cov) else None
+        return TrainState(params, opt_state, count, fault), (loss, slope)
 
     def _build(self):
         if self.mesh is None:

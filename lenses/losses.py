@@ -90,8 +90,9 @@ class LossFamily:
     def targets_ok(self, Y):
         """Per example of the batch Y, whether its target lies in the family's domain: the
         traceable form of `check_values`, which a compiled training step records as a fault
-        instead of reading its targets back to the host."""
-        return jnp.ones(jnp.shape(Y)[:1], bool)
+        instead of reading its targets back to the host; None when there is nothing a
+        covector would not show (a NaN target gives a NaN covector, refused as such)."""
+        return None
 
     def output_fisher(self, z, v):
         """F(z) v, the output-space Fisher information of the predictive distribution."""
@@ -244,9 +245,6 @@ class HalfSquaredError(LossFamily):
     def check_values(self, Y, batched=True):
         _need_real(self, Y)
         _need_finite(self, Y)
-
-    def targets_ok(self, Y):
-        return _per_example(jnp.isfinite(Y))
 
     def output_fisher(self, z, v):
         return v
