@@ -9,6 +9,7 @@ them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `dia
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
+from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
@@ -26,7 +27,11 @@ from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
+from .recurrent import Tied, gru_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
+from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
+                       SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
+                       transformer_block)
 from .structure import add, copy, discard
 
 __all__ = [
@@ -38,12 +43,16 @@ __all__ = [
     # layers
     "dense", "linear", "bias", "conv2d", "max_pool", "avg_pool", "flatten", "residual",
     "activation", "identity", "tanh", "sigmoid", "softplus", "gelu", "relu", "softmax",
+    # sequences, tokens, randomness and recurrence
+    "positionwise_dense", "layer_norm", "position_embedding", "attention_core",
+    "multi_head_attention", "transformer_block", "Tokens", "Keys", "KEY_SHAPE", "embedding",
+    "dropout", "evaluation", "rnn_cell", "gru_cell", "unroll", "shift_step", "Tied",
     # plain lenses
     "Lens", "lens_of", "lens_identity", "as_lens",
     # losses and inner products
     "half_squared_error", "softmax_cross_entropy", "binary_cross_entropy", "dL", "batch_loss",
     "LossFamily", "loss_family", "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy",
-    "CallableFamily",
+    "CallableFamily", "sequence_cross_entropy", "SequenceCrossEntropy",
     "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
     "output_fisher", "ravel", "unflatten_like",
     # optimisers

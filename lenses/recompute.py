@@ -14,6 +14,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from . import picture
@@ -51,10 +52,22 @@ def recomputing_vjp(inner: ParaLens, a, p, batched: bool, policy=None):
             a, p, bc = args
             return inner._vjp(a, p, batched)[1](bc)
 
-        def never(args):  # not taken; it only gives the conditional its second branch
-            return tree_map(jnp.zeros_like, args[:2])
+        # Integer inputs (tokens, keys) have no covector: JAX's float0, which a conditional
+        # cannot carry, so only the real covectors go through it and float0 is put back here.
+        shapes = jax.eval_shape(again, (*res, bc))
+        leaves, tree = jax.tree_util.tree_flatten(shapes)
+        real = [leaf.dtype != jax.dtypes.float0 for leaf in leaves]
 
-        return lax.cond(_always_true(), again, never, (*res, bc))
+        def taken(args):
+            return [c for c, r in zip(jax.tree_util.tree_leaves(again(args)), real) if r]
+
+        def never(args):  # not taken; it only gives the conditional its second branch
+            return [jnp.zeros(leaf.shape, leaf.dtype) for leaf, r in zip(leaves, real) if r]
+
+        out = iter(lax.cond(_always_true(), taken, never, (*res, bc)))
+        return jax.tree_util.tree_unflatten(
+            tree, [next(out) if r else np.zeros(leaf.shape, jax.dtypes.float0)
+                   for leaf, r in zip(leaves, real)])
 
     f.defvjp(f_fwd, f_bwd)
     return jax.vjp(f, a, p)

@@ -61,6 +61,20 @@ def test_digits_example(metric, epochs):
     assert acc > 0.5  # ten classes: chance is 0.1
 
 
+@slow
+def test_tiny_lm_example():
+    out = run_script("tiny_lm.py", "--steps", "150", "--width", "32", "--layers", "1",
+                     "--context", "16", "--batch", "16", "--sample", "40")
+    assert "Tokens(16, V=45)" in out and "Keys" in out and "repeat ×1" in out  # the diagram
+    assert "┤ attention(4 heads, causal) ├" in out and "dropout(0.1)" in out
+    losses = [float(m) for m in re.findall(r"^step +\d+ +loss ([0-9.]+)", out, re.M)]
+    assert len(losses) == 10 and losses[-1] < losses[0]
+    final = float(re.search(r"final loss \(evaluation, every window\): ([0-9.]+)", out).group(1))
+    assert final < 2.4  # the threshold stated in the example's docstring (frequencies alone: 3.0)
+    sample = out.split("sample:\n", 1)[1]
+    assert sample.startswith("The Zen of Pytho") and len(sample.rstrip("\n")) >= 16 + 40
+
+
 def test_digits_offers_the_metrics_that_exist():
     import lenses
 

@@ -1,0 +1,144 @@
+"""Discrete inputs: token sequences (for `embedding`) and random keys (for `dropout`).
+
+**Tokens.** The theory's objects are open subsets of R^n, and the integers are not one. A
+sequence of T tokens from a vocabulary of V is typed as a point of the open set
+
+    Tokens(T, V) = {x ∈ R^T : every x_t lies within 1/2 of an integer in 0..V−1} ⊆ R^T,
+
+a disjoint union of open cubes around the integer points. `embedding` reads x_t through
+round(x_t), so it is smooth on Tokens(T, V) and *locally constant* in x: its input covector
+is exactly zero (it is derived by JAX, which gives zero through `round`). Tokens may be given
+as floats of integer value (the covector is then an array of zeros) or as an integer array
+(JAX then gives its float0 "no covector" for the input). The parameter covector is dense in
+form but sparse in effect: only the columns of the tokens that occur are non-zero.
+
+**Keys.** `dropout`'s randomness is an explicit input, a PRNG key on a wire of its own:
+`dropout(rate)` at A is a lens A × Keys → A. Keys are raw key data (uint32, the shape of
+`jax.random.PRNGKey(0)`), a discrete set read only through the random bits it determines,
+so nothing is differentiated in them either (their covector is float0). Each example carries
+its own key (a batch has one per row), and a new key per step gives new masks.
+`evaluation(model)` is the same expression with every dropout replaced by (x, k) ↦ x: the
+same spaces and parameter point, dropout inactive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from categories import Product, R, Space
+
+from .families import LensFamily, family
+from .para_lens import Layer
+
+KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+
+
+@dataclass(frozen=True, repr=False)
+class Tokens(Space):
+    """Tokens(T, V) ⊆ R^T: sequences of T tokens from 0..V−1, each coordinate within 1/2 of
+    its token (open: a disjoint union of open cubes)."""
+
+    shape: tuple
+    vocab: int = 0
+
+    def __init__(self, T: int, vocab: int):
+        if int(vocab) < 1 or int(T) < 1:
+            raise ValueError(f"Tokens needs T ≥ 1 and a vocabulary of at least 1, got {T}, {vocab}")
+        object.__setattr__(self, "shape", (int(T),))
+        object.__setattr__(self, "vocab", int(vocab))
+
+    def interior_margin(self, x):
+        x = jnp.asarray(x, dtype=jnp.result_type(float))
+        nearest = jnp.clip(jnp.round(x), 0, self.vocab - 1)
+        return 0.5 - jnp.abs(x - nearest)
+
+    def sample_interior(self, key):
+        return jax.random.randint(key, self.shape, 0, self.vocab).astype(jnp.result_type(float))
+
+    def __repr__(self):
+        return f"Tokens({self.shape[0]}, V={self.vocab})"
+
+
+@dataclass(frozen=True, repr=False)
+class Keys(Space):
+    """Raw PRNG key data (uint32 of shape KEY_SHAPE), a discrete input read only through the
+    random bits it determines: no map is differentiated in it (its covector is float0)."""
+
+    shape: tuple
+
+    def __init__(self):
+        object.__setattr__(self, "shape", KEY_SHAPE)
+
+    def sample_interior(self, key):
+        k = jax.random.split(key)[0]
+        return jax.random.key_data(k) if jnp.issubdtype(k.dtype, jax.dtypes.prng_key) else k
+
+    def __repr__(self):
+        return "Keys"
+
+
+def embedding(vocab: int, d: int) -> LensFamily:
+    """x ↦ (E[:, x_1], ..., E[:, x_T])ᵀ : Tokens(T, V) → R^{T×d}, parameters E ∈ R^{d×V} (column
+    convention: column k is the image of the one-hot vector e_k); zero input covector."""
+    name = f"embedding({vocab}→{d})"
+
+    def fwd(x, E):
+        # round, then index: locally constant in x, so JAX's derivative in x is exactly 0
+        idx = jnp.round(x).astype(jnp.int32)
+        return jnp.take(E, idx, axis=1).T
+
+    def make(A: Space) -> Layer:
+        if getattr(A, "vocab", None) != vocab or len(A.shape) != 1:
+            raise TypeError(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
+                            f"fix it with {name}.at(Tokens(T, {vocab}))")
+        return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,
+                     init=lambda k: jax.random.normal(k, (d, vocab)))
+
+    return family(make, name)
+
+
+def dropout(rate: float) -> LensFamily:
+    """(x, k) ↦ m_k ⊙ x / (1 − rate) : A × Keys → A, no parameters (R^0), m_k ∈ {0, 1}^A drawn
+    from the key k with P(m = 1) = 1 − rate; `evaluation` replaces it by (x, k) ↦ x."""
+    rate = float(rate)
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"dropout needs 0 ≤ rate < 1, got {rate}")
+    name = f"dropout({rate:g})"
+
+    def fwd(xk, p):
+        x, k = xk
+        if rate == 0.0:
+            return x
+        keep = jax.random.bernoulli(k.astype(jnp.uint32), 1.0 - rate, x.shape)
+        return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+    def make(AK: Space) -> Layer:
+        if not isinstance(AK, Product) or len(AK.factors) != 2 or AK.factors[1] != Keys():
+            raise TypeError(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
+        A = AK.factors[0]
+        lens = Layer(AK, A, R(0), fwd, name=name)
+        lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")
+        return lens
+
+    return family(make, name)
+
+
+def _evaluation(lens):
+    swap = getattr(lens, "at_evaluation", None)  # what a layer declares it is at evaluation
+    if swap is not None:
+        return swap
+    if not lens.children:
+        return lens
+    return lens.rebuild(tuple(_evaluation(c) for c in lens.children))
+
+
+def evaluation(lens):
+    """The lens at evaluation: every layer that declares an evaluation form (dropout) replaced
+    by it, through `children`/`rebuild`; the same spaces and parameter point."""
+    return lens.lift(_evaluation, name=f"evaluation({lens.name})")
+
+
+__all__ = ["Tokens", "Keys", "KEY_SHAPE", "embedding", "dropout", "evaluation"]

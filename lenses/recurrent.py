@@ -1,0 +1,162 @@
+"""Recurrence: a cell (x, h) ↦ h' unrolled over a sequence, one set of parameters for every step.
+
+A cell is a lens R^{n_in} × R^{n_h} → R^{n_h} (`rnn_cell`, `gru_cell`). `unroll(cell)` at
+R^{T×n_in} is the lens R^{T×n_in} → R^{T×n_h}, (x_1..x_T) ↦ (h_1..h_T), h_t = cell(x_t, h_{t−1}),
+h_0 = 0, built as
+
+    start ≫ repeat(step, T) ≫ outputs,  tied along Δ_T : P → P^T.
+
+`step` is an endomorphism of the state S = (R^{T×n_in} × R^{n_h}) × R^{T×n_h} (inputs, hidden
+state, outputs), a shift register written as a lens expression with its copies explicit: the
+input buffer is copied, one copy's head x_t goes with h into the cell, the other is rotated
+by one position; the new h is copied, one copy kept as the state and one shifted into the
+output buffer. After T steps the input buffer is as it was and the output buffer holds
+h_1..h_T in order. Every map here is smooth (rotations and shifts are linear), so no step
+index travels on a wire.
+
+Tying over time: `repeat` gives each of its T copies its own slot (parameters stacked, P^T);
+the recurrent cell uses *one* point of P at every step, which is the reparameterisation of
+the repeat along the diagonal Δ_T : P → P^T, q ↦ (q, ..., q) (a broadcast over the stacked
+axis). Its pullback adds the T slots' covectors: the tied slot receives the sum over time
+steps, the rule of weight tying (`categories.para.tie`). This is the option that compiles
+to one `lax.scan` (repeat's), whose program has the size of one step whatever T is.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from categories import Product, R, Smooth, Space
+
+from .families import LensFamily, family
+from .layers import _normal, identity
+from .para_lens import Layer, Reparam, at_path
+from .repetition import repeat, stacked
+from .structure import copy
+
+tree_map = jax.tree_util.tree_map
+
+
+# -- cells ---------------------------------------------------------------------------------------
+
+def rnn_cell(n_in: int, n_hidden: int) -> Layer:
+    """(x, h) ↦ tanh(W x + U h + b) : R^{n_in} × R^{n_h} → R^{n_h}, parameters
+    R^{n_h×n_in} × R^{n_h×n_h} × R^{n_h} (Elman)."""
+    def fwd(xh, p):
+        (x, h), (W, U, b) = xh, p
+        return jnp.tanh(W @ x + U @ h + b)
+
+    def init(k):
+        k1, k2 = jax.random.split(k)
+        return (_normal(k1, (n_hidden, n_in), n_in), _normal(k2, (n_hidden, n_hidden), n_hidden),
+                jnp.zeros((n_hidden,)))
+
+    return Layer(R(n_in) * R(n_hidden), R(n_hidden),
+                 Product(R(n_hidden, n_in), R(n_hidden, n_hidden), R(n_hidden)), fwd,
+                 name=f"rnn_cell({n_in}→{n_hidden})", init=init)
+
+
+def gru_cell(n_in: int, n_hidden: int) -> Layer:
+    """(x, h) ↦ (1 − z) ⊙ n + z ⊙ h : R^{n_in} × R^{n_h} → R^{n_h} with r, z = σ(W_{r,z} x + b +
+    U_{r,z} h + c), n = tanh(W_n x + b_n + r ⊙ (U_n h + c_n)); parameters (W, U, b, c) ∈
+    R^{3n_h×n_in} × R^{3n_h×n_h} × R^{3n_h} × R^{3n_h}, gates stacked in the order r, z, n."""
+    m = n_hidden
+
+    def fwd(xh, p):
+        (x, h), (W, U, b, c) = xh, p
+        gx, gh = W @ x + b, U @ h + c
+        r = jax.nn.sigmoid(gx[:m] + gh[:m])
+        z = jax.nn.sigmoid(gx[m:2 * m] + gh[m:2 * m])
+        n = jnp.tanh(gx[2 * m:] + r * gh[2 * m:])
+        return (1.0 - z) * n + z * h
+
+    def init(k):
+        k1, k2 = jax.random.split(k)
+        return (_normal(k1, (3 * m, n_in), n_in), _normal(k2, (3 * m, m), m),
+                jnp.zeros((3 * m,)), jnp.zeros((3 * m,)))
+
+    return Layer(R(n_in) * R(m), R(m), Product(R(3 * m, n_in), R(3 * m, m), R(3 * m), R(3 * m)),
+                 fwd, name=f"gru_cell({n_in}→{n_hidden})", init=init)
+
+
+# -- the shift register ----------------------------------------------------------------------------
+
+CELL_PATH = (2, 0)  # where the cell's slot sits in the step's parameter point
+
+
+def shift_step(cell, T: int):
+    """One step of the unrolled recurrence, an endomorphism of (R^{T×n_in} × R^{n_h}) × R^{T×n_h}:
+    copy the inputs ≫ (x_t, h) to the cell, inputs rotated ≫ cell ⊗ id ≫ copy h' ⊗ id ≫ shift
+    h' into the outputs. Parameters those of the cell (at `CELL_PATH`)."""
+    (X1, H) = cell.dom.factors
+    n_in = X1.shape[0]
+    X, Hs = R(T, n_in), R(T, *H.shape)
+
+    def read(s, p):  # (((xs, xs'), h), hs) ↦ ((x_t, h), (xs rotated, hs)); x_t = xs'[0]
+        ((xs, xs2), h), hs = s
+        return (xs2[0], h), (jnp.roll(xs, -1, axis=0), hs)
+
+    def write(s, p):  # ((h', h''), (xs, hs)) ↦ ((xs, h'), hs shifted by one with h'' last)
+        (h1, h2), (xs, hs) = s
+        return (xs, h1), jnp.concatenate([hs[1:], h2[None, :]], axis=0)
+
+    take = (copy(X) @ identity.at(H)) @ identity.at(Hs)
+    rest = X * Hs
+    return (take
+            >> Layer(((X * X) * H) * Hs, (X1 * H) * rest, R(0), read, name="read x_t, rotate", node=True)
+            >> (cell @ identity.at(rest))
+            >> (copy(H) @ identity.at(rest))
+            >> Layer((H * H) * rest, (X * H) * Hs, R(0), write, name="write h_t", node=True))
+
+
+class Tied(Reparam):
+    """(start ≫ repeat(step, T) ≫ outputs) reparameterised along Δ_T : P → P^T: every step uses
+    the one point of P, and the slot receives the sum of the T steps' covectors."""
+
+    def __init__(self, lens, r, T: int, cell, name=None):
+        super().__init__(lens, r, init=cell.init, name=name)
+        self.T, self.cell = T, cell
+
+    def rebuild(self, children):
+        return Tied(children[0], self.r, self.T, self.cell, self.name)
+
+    def uses(self):
+        return tree_map(lambda u: self.T * u, self.cell.uses())
+
+
+def _unroll_at(cell, A: Space):
+    (X1, H) = cell.dom.factors
+    n_in, n_h = X1.shape[0], H.shape[0]
+    if len(A.shape) != 2 or A.shape[1] != n_in:
+        raise TypeError(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
+    T = A.shape[0]
+    X, Hs = R(T, n_in), R(T, n_h)
+
+    def start(xs, p):
+        return (xs, jnp.zeros((n_h,), xs.dtype)), jnp.zeros((T, n_h), xs.dtype)
+
+    step = shift_step(cell, T)
+    chain = (Layer(X, (X * H) * Hs, R(0), start, name="h₀ = 0", node=True)
+             >> repeat(step, T)
+             >> Layer((X * H) * Hs, Hs, R(0), lambda s, p: s[1], name="outputs", node=True))
+    # the stacked point with the cell's slot left empty: Δ_T fills it with the broadcast q
+    template = at_path(stacked(step.param, T).zeros(), CELL_PATH, None)
+
+    def diagonal(q):
+        spread = tree_map(lambda leaf: jnp.broadcast_to(leaf[None], (T,) + leaf.shape), q)
+        return None, at_path(template, CELL_PATH, spread), None
+
+    r = Smooth(cell.param, chain.param, diagonal, f"Δ_{T}", check=False)
+    return Tied(chain, r, T, cell, name=f"unroll({cell.name}, T={T})")
+
+
+def unroll(cell) -> LensFamily:
+    """The family R^{T×n_in} ↦ (R^{T×n_in} → R^{T×n_h}, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
+    h_0 = 0), parameters those of the cell, tied over the T steps (one `lax.scan`)."""
+    if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
+        raise TypeError(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
+    return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
+
+
+__all__ = ["rnn_cell", "gru_cell", "unroll", "shift_step", "Tied"]
