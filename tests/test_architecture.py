@@ -1,0 +1,77 @@
+"""The map for the next engineer: every file path and public name ARCHITECTURE.md mentions
+exists, and the README links to it."""
+
+import builtins
+import re
+from pathlib import Path
+
+import importlib
+import pkgutil
+
+import jax
+from jax import lax
+
+import categories
+import lenses
+from lenses import LossFamily, ParaLens, TrainStep
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = (ROOT / "ARCHITECTURE.md").read_text()
+SPANS = re.findall(r"`([^`]+)`", TEXT)
+PATH = re.compile(r"^[\w./-]+\.(py|md)(::\w+)?$")
+NAME = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
+
+
+# where a name may live: the packages, their modules (internals the map names), the protocol,
+# and the libraries the map refers to; "lens." and "step." stand for instances
+MODULES = [importlib.import_module(f"{pkg.__name__}.{m.name}")
+           for pkg in (lenses, categories) for m in pkgutil.walk_packages(pkg.__path__)
+           if m.name not in ("strategies",)]
+SCOPE = {"lenses": lenses, "categories": categories, "jax": jax, "lax": lax, "lens": ParaLens,
+         "step": TrainStep}
+
+
+def _resolve(dotted: str):
+    head, *rest = dotted.split(".")
+    if head in SCOPE:
+        head, *rest = [None] + rest if not rest else rest
+        owners = [SCOPE[dotted.split(".")[0]]]
+        if head is None:
+            return True
+    else:
+        owners = [lenses, categories, ParaLens, LossFamily, builtins, *MODULES]
+    for owner in owners:
+        if hasattr(owner, head) or head in getattr(owner, "__annotations__", {}):
+            obj = getattr(owner, head, None)
+            for attr in rest:
+                if obj is None or not (hasattr(obj, attr) or attr in getattr(obj, "_fields", ())):
+                    return False
+                obj = getattr(obj, attr, None)
+            return True
+    return False
+
+
+def test_every_path_the_map_mentions_exists():
+    paths = [s for s in SPANS if PATH.match(s)]
+    assert len(paths) > 20
+    for span in paths:
+        file, _, test = span.partition("::")
+        assert (ROOT / file).exists(), f"ARCHITECTURE.md mentions {file}, which does not exist"
+        if test:
+            assert re.search(rf"^def {test}\b", (ROOT / file).read_text(), re.M), \
+                f"ARCHITECTURE.md cites {span}, which does not exist"
+
+
+def test_every_name_the_map_mentions_exists():
+    names = [NAME.match(s).group(1) for s in SPANS if not PATH.match(s) and NAME.match(s)]
+    assert len(names) > 40
+    missing = [n for n in names if not _resolve(n)]
+    assert not missing, f"ARCHITECTURE.md mentions names that do not exist: {missing}"
+    # the names of the public API it mentions are public
+    public = set(lenses.__all__) | set(categories.__all__)
+    mentioned = {n for n in names if "." not in n and n[0].isupper() and hasattr(lenses, n)}
+    assert mentioned <= public | {"ParaLens"}, mentioned - public
+
+
+def test_the_readme_links_the_map():
+    assert "ARCHITECTURE.md" in (ROOT / "README.md").read_text()
