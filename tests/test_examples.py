@@ -159,3 +159,12 @@ def test_readme_commands_are_the_two_set_up_commands_and_ci_runs_the_second():
     ci = ROOT / ".ci" / "run"
     if ci.exists():
         assert run_tests in ci.read_text()
+
+
+def test_the_readme_quick_start_runs():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\nimport jax, jax.numpy")
+    code = readme[start + len("```python\n"):readme.index("```", start + 10)]
+    scope = {}
+    exec(compile(code, "README.md quick start", "exec"), scope)
+    assert scope["history"][-1]["loss"] < scope["history"][0]["loss"]
