@@ -169,3 +169,27 @@ def test_the_compiled_step_reads_nothing_back_and_checks_structure_once():
         step(P0, X[:4], Y[:4])
     with pytest.raises(ValueError, match=r"shape \(n, \*\(3,\)\)"):
         step(state, np.ones((4, 3, 1)), Y[:4])
+
+
+def test_fit_with_eval_data_compiles_once_not_per_epoch():
+    traces = []
+
+    def counted(x, Wb):
+        traces.append(1)  # runs only while something is being traced
+        return Wb[0] @ x + Wb[1]
+
+    model = ParaLens(R(3), R(2), R(2, 3) * R(2), counted, name="counted",
+                     init=lambda k: (jax.random.normal(k, (2, 3)), jnp.zeros((2,))))
+    p = model.init(jax.random.PRNGKey(0))
+    fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=1, batch_size=BATCH, key=KEY,
+        eval_data=(X, Y))
+    first = len(traces)
+    fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=2, batch_size=BATCH, key=KEY,
+        eval_data=(X, Y))
+    two = len(traces) - first
+    fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=8, batch_size=BATCH, key=KEY,
+        eval_data=(X, Y))
+    # each run traces its own new step; predict was compiled by the first run: six more
+    # epochs of evaluation add no trace at all
+    assert len(traces) - first - two == two
+    assert two < first  # and predict was not traced again
