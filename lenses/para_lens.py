@@ -11,7 +11,10 @@ repetition, ...) is a subclass of `ParaLens` and implements the protocol stated 
 docstring; code outside the lens classes asks a lens through the protocol and never asks
 which class it is. Composition f ≫ g is defined once (`Chain`): each component's forward part
 runs once, then the pullbacks run in reverse order (g' first, f' second) at the kept values,
-by `sequence_vjp`, the one reverse-order loop of the library. A family of lenses whose spaces
+by `sequence_vjp`, the one reverse-order loop of the library (`repeat` runs the same rule as a
+reverse `lax.scan`). The protocol and the three kinds its operators build (`>>`: `Chain`,
+`@`: `Parallel`, `reparam`: `Reparam`) live together here, which is why this module is
+longer than the others: apart they would import each other. A family of lenses whose spaces
 a neighbour fixes (`tanh`, `flatten`, `conv2d(...)`) is not a lens: see `lenses.families`.
 """
 
@@ -234,8 +237,8 @@ class ParaLens(metaclass=_Builds):
         """f'(a, p, b') = (a', p'): Covectors on A and on P."""
         return self.vjp(a, p)[1](b_cov)
 
-    def _wrap(self, pull, dom: Space | None = None):
-        dom, param = dom or self.dom, self.param
+    def _wrap(self, pull):
+        dom, param = self.dom, self.param
 
         def pullback(b_cov):
             da, dp = pull(unwrap(b_cov))

@@ -54,9 +54,11 @@ def recomputing_vjp(inner: ParaLens, a, p, batched: bool, policy=None):
 
         # Integer inputs (tokens, keys) have no covector: JAX's float0, which a conditional
         # cannot carry, so only the real covectors go through it and float0 is put back here.
-        shapes = jax.eval_shape(again, (*res, bc))
-        leaves, tree = jax.tree_util.tree_flatten(shapes)
-        real = [leaf.dtype != jax.dtypes.float0 for leaf in leaves]
+        # The covectors have the structure and shapes of (a, p), float0 where a leaf is
+        # integer: read off the values, not by tracing the forward part once more.
+        leaves, tree = jax.tree_util.tree_flatten(res)
+        real = [jnp.issubdtype(jnp.result_type(leaf), jnp.inexact) for leaf in leaves]
+        leaves = [jax.ShapeDtypeStruct(jnp.shape(leaf), jnp.result_type(leaf)) for leaf in leaves]
 
         def taken(args):
             return [c for c, r in zip(jax.tree_util.tree_leaves(again(args)), real) if r]
