@@ -9,6 +9,9 @@ them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `dia
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
+from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
+                     DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
+                     SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
@@ -26,6 +29,7 @@ from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
+from .saved import Saved, load, save
 from .repetition import Repeat, Stacked, repeat, stacked
 from .structure import add, copy, discard
 
@@ -52,6 +56,12 @@ __all__ = [
     "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
     # learning
     "TrainStep", "TrainState", "Report", "train_step", "fit", "epoch_order", "predict", "accuracy",
+    # saved work
+    "save", "load", "Saved",
+    # the error catalogue (lenses.errors)
+    "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
+    "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
+    "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
     "describe_slope", "expression", "diagram", "draw",
