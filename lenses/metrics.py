@@ -71,7 +71,15 @@ def covector_value(cov, who: str = "sharp"):
     if isinstance(cov, Vector):
         raise CovectorError(f"{who} takes a covector, got a Vector: a vector is already a vector "
                             "(the sharp map turns a covector into one; flat goes back)")
-    return unwrap(cov)
+    value = unwrap(cov)
+    for leaf in jax.tree_util.tree_leaves(value):  # static: dtypes, also under jit
+        dtype = getattr(leaf, "dtype", None)
+        real = (isinstance(leaf, (int, float)) and not isinstance(leaf, bool)) if dtype is None \
+            else bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+        if not real:
+            raise CovectorError(f"{who} takes a covector of real numbers, got a leaf "
+                                f"{type(leaf).__name__}" + (f" of dtype {dtype}" if dtype else ""))
+    return value
 
 
 def _space_of(x, default=None):

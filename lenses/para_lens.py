@@ -229,21 +229,24 @@ class ParaLens(metaclass=_Builds):
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
         self._check_point(a, p)
-        b, pull = self._vjp(a, p, False)
-        return b, self._wrap(pull)
+        b, pull = self._vjp(as_real(a), p, False)
+        return b, self._wrap(pull, out=b)
 
     def backward(self, a, p, b_cov):
         """f'(a, p, b') = (a', p'): Covectors on A and on P."""
         return self.vjp(a, p)[1](b_cov)
 
-    def _wrap(self, pull, dom: Space | None = None, lead: tuple = ()):
+    def _wrap(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
         dom, param, cod, name = dom or self.dom, self.param, self.cod, self.name
 
         def pullback(b_cov):
             """(a', p') for the covector b' on the codomain (a `Covector`, or its raw value)."""
             check_cotangent(cod, b_cov, f"the covector given to the backward part of {name}",
                             lead)
-            da, dp = pull(unwrap(b_cov))
+            c = unwrap(b_cov)
+            if out is not None:  # a covector of integers (or of another float width) is one of
+                c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
+            da, dp = pull(c)
             return Covector(da, dom), Covector(dp, param)
 
         return pullback
@@ -266,6 +269,13 @@ class ParaLens(metaclass=_Builds):
     def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None):
         """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
         return self.lift(lambda lens: Reparam(lens, r, init, name))
+
+
+def as_real(a):
+    """a with integer leaves as floats (the default float type): an input of integers is a
+    point of R^n, and its covector must be one too (JAX would give integers a `float0` one)."""
+    return tree_map(lambda v: jnp.asarray(v, jnp.result_type(float))
+                    if jnp.issubdtype(jnp.result_type(v), jnp.integer) else v, a)
 
 
 def need_lens(x, who: str) -> None:
@@ -724,8 +734,8 @@ class Batched:
         codomain (a `Covector` or its raw value, leading axis n) and gives the batch of input
         covectors and the parameter covector added over the batch."""
         n = self._check(X, p)
-        b, pull = self.lens._vjp(X, p, True)
-        return b, self.lens._wrap(pull, lead=(n,))
+        b, pull = self.lens._vjp(as_real(X), p, True)
+        return b, self.lens._wrap(pull, lead=(n,), out=b)
 
     def backward(self, X, p, B_cov):
         return self.vjp(X, p)[1](B_cov)

@@ -39,7 +39,7 @@ from categories.errors import (CheckpointError, CheckpointMismatch, KindError, P
 
 from .learner import TrainState, TrainStep
 from .optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
-from .para_lens import need_lens
+from .para_lens import _leaf_shapes, _tree_mismatch, need_lens
 
 FORMAT = "paralens-state"
 VERSION = 1
@@ -134,7 +134,8 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
     `extra_arrays` are what `fit` records of a run's progress."""
-    if not isinstance(path, (str, os.PathLike)):
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
+            not isinstance(os.fspath(path), str):
         raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
     if not isinstance(state, TrainState):
         raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
@@ -142,10 +143,10 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     model = _fixed(model)
     names = slot_names(model)
     check_params(model.param, state.params, names)
-    if jax.tree_util.tree_structure(state.params) != \
-            jax.tree_util.tree_structure(model.param.zeros()):
-        raise SpaceMismatch(f"save: the parameters do not have the structure of "
-                            f"{model.param!r}, the parameter object of {model.name}")
+    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
+    if why:
+        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
+                            f"{model.param!r}): {why}")
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
@@ -173,7 +174,10 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     }
     meta_json = json.dumps(meta, sort_keys=True)
     data = st_save(tensors, metadata={_META: meta_json, _SUM: _digest(meta_json, tensors)})
-    _atomic_write(os.fspath(path), data)
+    try:
+        _atomic_write(os.fspath(path), data)
+    except OSError as e:
+        raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
 
 
