@@ -4,6 +4,9 @@ Knows nothing of learning. `lenses` builds on it.
 """
 
 from ._compose import check_composable
+from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
+                     HyperparameterError, KindError, NonFiniteError, ParalensError, ShapeError,
+                     SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
 from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
 from .para import Para, ParaChain, para_identity, para_of, slot_uses, tie, tying_map
@@ -18,6 +21,9 @@ __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tie", "tying_map", "slot_uses",
     "Smooth", "identity", "pair", "fst", "snd", "projection", "diagonal", "discard", "swap",
     "constant", "scale",
+    "ParalensError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError", "TargetError",
+    "TargetTypeError", "CovectorError", "HyperparameterError", "KindError", "NonFiniteError",
+    "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     "DomainError", "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
 ]
 

@@ -7,12 +7,14 @@ one wording, naming both morphisms and both spaces.
 
 from __future__ import annotations
 
+from .errors import SpaceMismatch
+
 
 def check_composable(f, g, why: str | None = None) -> None:
-    """Raise a `TypeError` naming f, g and their spaces unless f.cod == g.dom (and `why` is None:
+    """Raise a `SpaceMismatch` (a `TypeError`) naming f, g and their spaces unless f.cod == g.dom (and `why` is None:
     a further reason the category has for refusing, e.g. vectors against covectors)."""
     if f.cod == g.dom and why is None:
         return
     reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
-    raise TypeError(f"cannot compose {f.name} : {f.dom!r} → {f.cod!r} with "
+    raise SpaceMismatch(f"cannot compose {f.name} : {f.dom!r} → {f.cod!r} with "
                     f"{g.name} : {g.dom!r} → {g.cod!r}: {reason}")

@@ -12,12 +12,15 @@ tied, how uses are counted) are written once.
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._compose import check_composable
+from .errors import KindError, SlotError, SpaceMismatch
 from .smooth import Smooth
 from .spaces import Product, R, Space, euclidean
 
@@ -48,7 +51,7 @@ class Para:
     def reparam(self, r: Smooth, name: str | None = None) -> "Para":
         """The 2-cell along r : Q → P: the map (Q, (a, q) ↦ f(a, r q))."""
         if r.cod != self.param:
-            raise TypeError(
+            raise SpaceMismatch(
                 f"cannot reparameterise {self.name} (parameters {self.param!r}) along "
                 f"{r.name} : {r.dom!r} → {r.cod!r}"
             )
@@ -95,21 +98,45 @@ def para_of(f: Smooth) -> Para:
 
 # -- weight tying ----------------------------------------------------------------------------
 
+def check_slots(P: Space, slots) -> list:
+    """The distinct slots `slots` of the product P, sorted, if each is an integer slot of P
+    (numpy integers welcome; bools, floats, negative or too large indices refused, naming
+    the index) and there are at least two; else `SlotError` (or `SpaceMismatch` when P is
+    not a product)."""
+    if not isinstance(P, Product):
+        raise SpaceMismatch(f"weight tying needs a product parameter object, got {P!r}")
+    if isinstance(slots, (str, bytes)) or not hasattr(slots, "__iter__"):
+        raise SlotError(f"tie needs a sequence of slot indices, got {slots!r}")
+    n, out = len(P.factors), []
+    for s in slots:
+        if isinstance(s, (bool, np.bool_)):
+            raise SlotError(f"slot index {s!r} is not an integer (the parameter object {P!r} has "
+                            f"slots 0 to {n - 1})")
+        try:
+            i = operator.index(s)
+        except TypeError:
+            raise SlotError(f"slot index {s!r} is not an integer (the parameter object {P!r} has "
+                            f"slots 0 to {n - 1})") from None
+        if not 0 <= i < n:
+            raise SlotError(f"slot index {i} is not a slot of {P!r}: it has slots 0 to {n - 1}")
+        out.append(int(i))
+    out = sorted(set(out))
+    if len(out) < 2:
+        raise SlotError(f"tying needs at least two distinct slots, got {list(slots)!r}")
+    return out
+
+
 def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
     """r : Q → P sharing the slots `slots` of the product P (they must be the same space).
 
     Q is P with the slots after the first removed; r copies the shared slot into each of its
     places: for two slots this is the diagonal Δ : P_i → P_i × P_i, placed in the product.
     """
-    if not isinstance(P, Product):
-        raise TypeError(f"weight tying needs a product parameter object, got {P!r}")
-    slots = sorted(set(int(s) for s in slots))
-    if len(slots) < 2:
-        raise ValueError("tying needs at least two slots")
+    slots = check_slots(P, slots)
     shared = P.factors[slots[0]]
     for s in slots[1:]:
         if P.factors[s] != shared:
-            raise TypeError(
+            raise SpaceMismatch(
                 f"cannot tie slot {slots[0]} ({shared!r}) with slot {s} ({P.factors[s]!r}): "
                 "tied slots must have the same parameter object"
             )
@@ -128,6 +155,7 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
                          for i in range(len(P.factors)))
 
     r = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
+    r.slots = slots  # the checked slots, sorted
     r.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
     # A left inverse P → Q (keep the first of the tied slots): how a point of P, such as an
     # initial point, gives one of Q.
@@ -138,7 +166,12 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
 def tie(f, slots: Sequence[int]):
     """Weight tying, `f.reparam(tying_map(f.param, slots))`, for anything parameterised (a
     `Para`, a parameterised lens): the shared slot receives the sum of its uses' covectors."""
-    return f.reparam(tying_map(f.param, slots), name=f"tie({f.name}, {sorted(set(int(s) for s in slots))})")
+    if not isinstance(getattr(f, "param", None), Space) or not callable(getattr(f, "reparam", None)):
+        raise KindError(f"tie needs a parameterised map or lens (with a parameter object), got "
+                        f"{type(f).__name__} {f!r}" + ("; for a family of lenses use lenses.tie"
+                                                      if callable(getattr(f, "lift", None)) else ""))
+    r = tying_map(f.param, slots)
+    return f.reparam(r, name=f"tie({f.name}, {r.slots})")
 
 
 def one_slot(r: Smooth) -> bool:
@@ -180,5 +213,5 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
 __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tying_map", "tie", "slot_uses",
-    "chain_parts", "one_slot",
+    "chain_parts", "one_slot", "check_slots",
 ]

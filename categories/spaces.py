@@ -11,6 +11,7 @@ Spaces are static structure: frozen, compared and hashed by value, never traced 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +19,54 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import DimensionError, DomainError
 
-class DomainError(ValueError):
-    """A point lies outside the open set (or has the wrong shape) where it was required."""
+
+def dimension(n, what: str, least: int = 0) -> int:
+    """n as a Python int if it is an integer ≥ `least` (numpy integers welcome; bools, floats,
+    strings refused), else `DimensionError` naming `what` and the value."""
+    if isinstance(n, (bool, np.bool_)):
+        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
+    try:
+        k = operator.index(n)
+    except TypeError:
+        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}") from None
+    if k < least:
+        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
+    return int(k)
+
+
+def _dimensions(shape, who: str, least: int = 0) -> tuple:
+    return tuple(dimension(s, f"dimension {i} of {who}", least) for i, s in enumerate(shape))
+
+
+def _check_real(x, what: str, space) -> None:
+    """Refuse a point whose entries are not real numbers: a non-numeric, boolean or complex
+    dtype (always: dtypes are static), NaN or infinity (concrete values only)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, got {x!r}")
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        if isinstance(x, complex):
+            raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, "
+                              f"got the complex number {x!r}")
+        floating = isinstance(x, float)
+    else:
+        try:
+            floating = bool(jnp.issubdtype(dtype, jnp.floating))
+            real = floating or bool(jnp.issubdtype(dtype, jnp.integer))
+        except TypeError:
+            real = False
+        if not real:
+            raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, "
+                              f"got an array of dtype {dtype}")
+    if floating and _is_concrete(x):
+        a = np.asarray(x)
+        finite = np.isfinite(a)
+        if not finite.all():
+            i = tuple(int(k) for k in np.argwhere(~finite)[0]) if a.ndim else ()
+            raise DomainError(f"{what} is not a point of {space!r}: coordinate {i} is "
+                              f"{a[i] if a.ndim else a}, not a real number")
 
 
 def _is_concrete(x) -> bool:
@@ -87,13 +133,14 @@ class Space:
 
     def _check_shape(self, x, what: str) -> None:
         shape = getattr(x, "shape", None)
-        if shape is None and isinstance(x, (int, float, np.floating, np.integer)):
+        if shape is None and isinstance(x, (int, float, complex, np.number, np.bool_)):
             shape = ()
         if shape is None or tuple(shape) != tuple(self.shape):
             raise DomainError(
                 f"{what} is not a point of {self!r}: expected an array of shape "
                 f"{tuple(self.shape)}, got {_describe(x)}"
             )
+        _check_real(x, what, self)
 
     def contains(self, x) -> bool:
         """Is x (a concrete point) in this open set?"""
@@ -106,8 +153,10 @@ class Space:
     def check(self, x, what: str = "point"):
         """Return x if it is a point of this space, else raise `DomainError` saying why.
 
-        The shape is always checked (it is static); membership of the open set is checked
-        only for concrete values, since inside `jit` there are no values to look at.
+        The shape and the element type are always checked (they are static); a point must be
+        real (no NaN, no infinity, no complex or non-numeric entries), and membership of the
+        open set is checked only for concrete values, since inside `jit` there are no values
+        to look at.
         """
         self._check_shape(x, what)
         if _is_concrete(x):
@@ -131,6 +180,17 @@ class Space:
         return jax.random.normal(key, self.shape)
 
 
+def _real_array(a, what: str) -> np.ndarray:
+    """a as a float array, refusing what is not real numbers (strings, complex, objects)."""
+    try:
+        arr = np.asarray(a)
+    except Exception:  # noqa: BLE001 - a ragged list
+        raise DomainError(f"{what} must be real numbers, got {a!r}") from None
+    if arr.dtype.kind not in "fiu":
+        raise DomainError(f"{what} must be real numbers, got {a!r}")
+    return arr.astype(float)
+
+
 def _tup(a) -> tuple:
     """An array as a nested tuple of floats: hashable, compared by value."""
     return np.asarray(a, dtype=float).tolist() if np.ndim(a) else float(a)
@@ -148,11 +208,9 @@ class R(Space):
     shape: tuple
 
     def __init__(self, *shape: int):
-        shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ValueError(f"negative dimension in R{shape}")
+        shape = _dimensions(shape, f"R{shape!r}")  # non-negative integers (numpy's welcome)
         if 0 in shape and shape != (0,):
-            raise ValueError(f"R{shape} has no points but R(0) is the terminal object: use R(0)")
+            raise DimensionError(f"R{shape} has no points but R(0) is the terminal object: use R(0)")
         object.__setattr__(self, "shape", shape)
 
     @property
@@ -195,11 +253,23 @@ class OpenBox(Space):
     shape: tuple
 
     def __init__(self, low, high, shape=None):
-        low, high = np.asarray(low, float), np.asarray(high, float)
-        shape = tuple(np.broadcast_shapes(low.shape, high.shape) if shape is None else shape)
-        low, high = np.broadcast_to(low, shape), np.broadcast_to(high, shape)
-        if not np.all(low < high):
-            raise ValueError(f"OpenBox needs low < high everywhere, got {low} and {high}")
+        low, high = _real_array(low, "OpenBox: low"), _real_array(high, "OpenBox: high")
+        if shape is None:
+            try:
+                shape = np.broadcast_shapes(low.shape, high.shape)
+            except ValueError:
+                raise DimensionError(f"OpenBox: the bounds of shapes {low.shape} and {high.shape} "
+                                     "do not broadcast") from None
+        if not isinstance(shape, (tuple, list)):
+            raise DimensionError(f"OpenBox: shape must be a tuple of integers, got {shape!r}")
+        shape = _dimensions(shape, "OpenBox", least=1)
+        try:
+            low, high = np.broadcast_to(low, shape), np.broadcast_to(high, shape)
+        except ValueError:
+            raise DimensionError(f"OpenBox: bounds of shapes {low.shape} and {high.shape} do "
+                                 f"not broadcast to the shape {shape}") from None
+        if not np.all(low < high):  # NaN bounds fail too
+            raise DomainError(f"OpenBox needs low < high everywhere, got {low} and {high}")
         object.__setattr__(self, "low", _freeze(low))
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)
@@ -234,9 +304,19 @@ class OpenBall(Space):
     shape: tuple
 
     def __init__(self, center, radius):
-        center = np.asarray(center, float)
-        if not radius > 0:
-            raise ValueError(f"OpenBall needs a positive radius, got {radius}")
+        center = _real_array(center, "OpenBall: center")
+        if not np.all(np.isfinite(center)):
+            raise DomainError(f"OpenBall needs a finite center, got {center}")
+        if 0 in center.shape:
+            raise DimensionError(f"OpenBall needs a center with no zero dimension, got shape {center.shape}")
+        if isinstance(radius, (bool, np.bool_, str, bytes)) or not np.ndim(radius) == 0:
+            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}")
+        try:
+            r = float(radius)
+        except (TypeError, ValueError):
+            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}") from None
+        if not (r > 0 and math.isfinite(r)):
+            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}")
         object.__setattr__(self, "center", _freeze(center))
         object.__setattr__(self, "radius", float(radius))
         object.__setattr__(self, "shape", tuple(center.shape))
@@ -270,7 +350,8 @@ class Positive(Space):
     shape: tuple
 
     def __init__(self, *shape: int):
-        object.__setattr__(self, "shape", tuple(int(s) for s in shape))
+        # positive integers: a zero dimension would leave an orthant with no coordinates
+        object.__setattr__(self, "shape", _dimensions(shape, f"Positive{shape!r}", least=1))
 
     def interior_margin(self, x):
         return jnp.asarray(x)

@@ -10,6 +10,9 @@ from .checks import (BackwardReport, CompositionRule, check_backward, compositio
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
 from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
+from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
+                     DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
+                     SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .families import LensFamily, family
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
@@ -29,6 +32,7 @@ from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Repar
 from .recompute import Checkpointed, checkpoint
 from .recurrent import Tied, gru_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
+from .saved import Saved, load, save
 from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
                        transformer_block)
@@ -61,6 +65,12 @@ __all__ = [
     "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
     # learning
     "TrainStep", "TrainState", "Report", "train_step", "fit", "epoch_order", "predict", "accuracy",
+    # saved work
+    "save", "load", "Saved",
+    # the error catalogue (lenses.errors)
+    "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
+    "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
+    "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
     "describe_slope", "expression", "diagram", "draw",

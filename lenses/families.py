@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from categories import Product, Space
+from categories.errors import KindError, SpaceMismatch
 
 from . import picture
 
@@ -30,7 +31,7 @@ class LensFamily:
     def at(self, A: Space):
         """The member with domain A."""
         if not isinstance(A, Space):
-            raise TypeError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+            raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
         if A not in self._members:
             self._members[A] = self._make(A)
         return self._members[A]
@@ -45,7 +46,7 @@ class LensFamily:
                 f"{term}.at(R(...)), or compose it after a lens whose codomain fixes it")
 
     def fixed(self, who: str = "this"):
-        raise TypeError(f"{who} needs a lens with fixed spaces: {self._fix_hint()}")
+        raise KindError(f"{who} needs a lens with fixed spaces: {self._fix_hint()}")
 
     def after(self, A: Space):
         """The member that follows a lens with codomain A."""
@@ -76,7 +77,7 @@ class LensFamily:
 
     # -- what only lenses can do ---------------------------------------------------------------
     def _refuse(self, *args, **kw):
-        raise TypeError(f"cannot evaluate {self._fix_hint()}")
+        raise KindError(f"cannot evaluate {self._fix_hint()}")
 
     forward = vjp = backward = init = __call__ = _refuse
 
@@ -100,13 +101,13 @@ def _beside(f, g) -> LensFamily:
     """f ⊗ g where one side is a family: the family on A × C of the members' products."""
     def make(AC: Space):
         if not isinstance(AC, Product) or len(AC.factors) != 2:
-            raise TypeError(f"({f.name} ⊗ {g.name}) needs a domain A × C, got {AC!r}")
+            raise SpaceMismatch(f"({f.name} ⊗ {g.name}) needs a domain A × C, got {AC!r}")
         A, C = AC.factors
         left = f.at(A) if not f.is_fixed() else f
         right = g.at(C) if not g.is_fixed() else g
         for side, S in ((left, A), (right, C)):
             if side.dom != S:
-                raise TypeError(f"({f.name} ⊗ {g.name}) at {AC!r}: {side.name} has domain "
+                raise SpaceMismatch(f"({f.name} ⊗ {g.name}) at {AC!r}: {side.name} has domain "
                                 f"{side.dom!r}, not {S!r}")
         return left @ right
 

@@ -11,10 +11,18 @@ chunks on the host instead, the next chunk sent to the device while the current 
 The order of epoch e is `epoch_order(key, e, n, batch_size)`, a function of the key and the
 epoch alone, and a state's position in the run is its step count: a run continued from a
 state (or a state saved and loaded) goes on exactly where it stopped.
+
+Checkpoints (`checkpoint_every=N`, `checkpoint_path=...`): chunks also end where the step
+count reaches a multiple of N, and there the state, the key and the run's progress (its
+history, the losses of the epoch in progress, its planned end) are saved (`lenses.saved`,
+atomically). `resume_from=path` continues the run a checkpoint belongs to, ending where it
+was to end, with the history it would have had: a run killed and resumed ends bit for bit
+as the uninterrupted run (on one machine and configuration).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -23,7 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .learner import NO_FAULT, TrainState, accuracy, fault_error, train_step
+from categories.errors import CheckpointMismatch, HyperparameterError, ShapeError
+
+from .learner import NO_FAULT, TrainState, accuracy, check_labels, fault_error, train_step
+from .para_lens import check_batch
 
 #: data up to this many bytes is put on the device whole (`on_device=None`)
 DEVICE_DATA_LIMIT = 1 << 30
@@ -115,7 +126,8 @@ class _Loop:
 def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
         key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
         mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
-        max_steps: int | None = None):
+        max_steps: int | None = None, checkpoint_every: int | None = None,
+        checkpoint_path=None, resume_from=None, on_checkpoint=None):
     """Train for `epochs` more passes over shuffled minibatches of `data = (X, Y)`.
 
     Every batch has exactly `batch_size` examples (one compilation): the remainder of each
@@ -129,21 +141,42 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     it is under `DEVICE_DATA_LIMIT` bytes). `max_steps` stops the run once the state has
     taken that many steps in all (mid-epoch if need be). `progress=None` shows a progress line,
     updated per dispatch, only when stderr is a terminal.
+
+    `checkpoint_every=N` with `checkpoint_path` saves the run every N steps (and calls
+    `on_checkpoint(state)` after each save). `resume_from=path`: if the file exists, the run
+    it belongs to continues from it (its state and key; `params` and `epochs` are then
+    those of the run that wrote it, which ends where it was to end) and the history returned
+    is the whole run's; if it does not exist, the run starts from `params`. Everything is
+    checked before anything is compiled: the data against the model's domain and the loss
+    family (`ShapeError`, `TargetError`), the numbers (`HyperparameterError`).
     """
-    X, Y = data
     step = train_step(model, loss_family, opt, reduction, mesh)
-    n = _length(X)
-    if _length(Y) != n:
-        raise ValueError(f"fit needs as many targets as inputs: {n} inputs, {_length(Y)} targets")
-    step.loss_family.check_targets(Y, step.model.cod)  # every target's value, once, here
+    X, Y, n = _check_data(step, data, "data")
+    batch_size = _count(batch_size, "batch_size", 1)
+    epochs = _count(epochs, "epochs", 0)
+    steps_per_dispatch = None if steps_per_dispatch is None else \
+        _count(steps_per_dispatch, "steps_per_dispatch", 1)
+    max_steps = None if max_steps is None else _count(max_steps, "max_steps", 0)
+    every = None if checkpoint_every is None else _count(checkpoint_every, "checkpoint_every", 1)
+    if every is not None and checkpoint_path is None:
+        raise HyperparameterError("checkpoint_every needs checkpoint_path, the file to save to")
+    if eval_data is not None:
+        if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
+            raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
+        check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
     processes = jax.process_count() if mesh is not None else 1
     if batch_size % processes:
-        raise ValueError(f"a batch of {batch_size} cannot be fed evenly by {processes} processes")
+        raise HyperparameterError(f"a batch of {batch_size} cannot be fed evenly by {processes} "
+                                  "processes")
     # Across processes each feeds its own data: its rows of every batch come from its `data`.
-    batch_size = min(int(batch_size) // processes, n)
+    batch_size = min(batch_size // processes, n)
     steps = n // batch_size
-    key = as_key(key)
-    state = params if isinstance(params, TrainState) else step.init(params)
+    resumed = _resume(resume_from, step, key, n, batch_size)
+    key = resumed["key"] if resumed else as_key(key)
+    if resumed:
+        state = resumed["state"]
+    else:
+        state = params if isinstance(params, TrainState) else step.init(params)
     step.check(state)
     k_max = int(steps_per_dispatch) if steps_per_dispatch is not None else min(steps, 256)
     nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves(data))
@@ -155,14 +188,24 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     first, position = done // steps + 1, done % steps
     last = first + epochs - 1
     history = []
+    carried = []  # the losses of the epoch in progress that a resumed checkpoint holds
+    if resumed:
+        last, max_steps, history = resumed["last"], resumed["max_steps"], resumed["history"]
+        carried = [resumed["epoch_losses"]] if len(resumed["epoch_losses"]) else []
+    if checkpoint_path is not None:
+        def checkpoint(state, losses, history):
+            _checkpoint(checkpoint_path, state, step, key, history, losses,
+                        dict(last=last, max_steps=max_steps, n=n, batch_size=batch_size))
+            if on_checkpoint is not None:
+                on_checkpoint(state)
     try:
         for epoch in range(first, last + 1):
             start = position if epoch == first else 0
             end = steps if max_steps is None else min(steps, int(max_steps) - (epoch - 1) * steps)
             if end <= start:
                 break
-            chunks = [(lo, min(lo + k_max, end)) for lo in range(start, end, k_max)]
-            losses, t0 = [], time.perf_counter()
+            chunks = _chunks(start, end, k_max, (epoch - 1) * steps, every)
+            losses, t0 = (carried if epoch == first else []), time.perf_counter()
             host = None if device else np.asarray(epoch_order(key, epoch, n, batch_size))
             pending = _send(data, host, chunks[0]) if host is not None and mesh is None else None
             for c, (lo, hi) in enumerate(chunks):
@@ -181,6 +224,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                     error.history = history
                     raise error
                 losses.append(chunk_losses)
+                if every and ((epoch - 1) * steps + hi) % every == 0 and hi < end:
+                    checkpoint(state, losses, history)  # mid-epoch: the epoch's losses so far
                 if show.enabled:
                     now = time.perf_counter()
                     show.show(f"epoch {epoch}/{last}  step {hi}/{steps}  loss {float(chunk_losses[-1]):.4g}  "
@@ -191,11 +236,97 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
             if eval_data is not None:
                 record["accuracy"] = accuracy(step.model, state.params, *eval_data)
             history.append(record)
+            if every and ((epoch - 1) * steps + end) % every == 0:
+                checkpoint(state, [], history)  # at the epoch's end: its record is in the history
             show.show(f"epoch {epoch}/{last}  loss {record['loss']:.4g}  {record['steps_per_s']:.0f} steps/s"
                       + (f"  accuracy {record['accuracy']:.3f}" if "accuracy" in record else ""))
     finally:
         show.close()
     return state, history
+
+
+# -- the edge: what fit is given, checked once before anything is compiled ---------------------
+
+def _count(x, name: str, least: int) -> int:
+    """x as an int if it is an integer ≥ least (numpy's welcome), else `HyperparameterError`."""
+    if isinstance(x, (bool, np.bool_)):
+        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
+    try:
+        k = int(np.asarray(x).item()) if np.ndim(x) == 0 and \
+            np.issubdtype(np.asarray(x).dtype, np.integer) else None
+    except (TypeError, ValueError, OverflowError):
+        k = None
+    if k is None or k < least:
+        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
+    return k
+
+
+def _check_data(step, data, what: str):
+    """(X, Y, n) if `data` is a pair of a batch of the model's inputs and as many targets
+    the loss family accepts (every value checked, once, here), else the catalogued error."""
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ShapeError(f"fit needs {what} = (X, Y), a pair of inputs and targets, got "
+                         f"{type(data).__name__}")
+    X, Y = data
+    n = check_batch(step.model.dom, X, f"fit({step.model.name}): the inputs")
+    Y = step.loss_family.check_targets(Y, step.model.cod)
+    if np.shape(Y)[0] != n:
+        raise ShapeError(f"fit needs as many targets as inputs: {n} inputs, "
+                         f"{np.shape(Y)[0]} targets")
+    return X, Y, n
+
+
+def _chunks(start: int, end: int, k_max: int, base: int, every: int | None) -> list:
+    """[lo, hi) pieces of the epoch's steps [start, end), at most k_max long, also cut where
+    the run's step count base + hi is a multiple of `every` (where a checkpoint is due)."""
+    cuts = set(range(start + k_max, end, k_max)) if k_max else set()
+    if every:
+        first = (-(base + start)) % every or every
+        cuts |= set(range(start + first, end, every))
+    bounds = [start] + sorted(c for c in cuts if start < c < end) + [end]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _checkpoint(path, state, step, key, history, losses, plan):
+    """Save the run at a chunk's end: the state and key, and its progress."""
+    from .saved import save
+
+    epoch_losses = np.concatenate(losses) if losses else np.zeros((0,))
+    save(path, state, step.model, step.opt, key, fit=dict(plan, history=history),
+         extra_arrays={"epoch_losses": epoch_losses})
+
+
+def _resume(path, step, key, n: int, batch_size: int):
+    """The run saved at `path` (None when there is no such file): its state, key, history,
+    losses of the epoch in progress and planned end, checked against this call."""
+    if path is None or not os.path.exists(path):
+        return None
+    from .saved import load
+
+    saved = load(path, step.model, step.opt)
+    progress = saved.info.get("fit")
+    if not progress:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} holds a state but no run's progress: "
+                                 "pass the loaded state as params to continue it instead")
+    if (progress["n"], progress["batch_size"]) != (n, batch_size):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} belongs to a run over {progress['n']} "
+                                 f"examples in batches of {progress['batch_size']}, not {n} in "
+                                 f"batches of {batch_size}")
+    if saved.key is None:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} holds no RNG key")
+    if key is not None and not np.array_equal(np.asarray(jax.random.key_data(as_key(key))
+                                                         if _typed(as_key(key)) else as_key(key)),
+                                              np.asarray(jax.random.key_data(saved.key)
+                                                         if _typed(saved.key) else saved.key)):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} belongs to a run with another key: "
+                                 "pass key=None (or the run's key) to resume it")
+    return dict(state=saved.state, key=saved.key, history=list(progress["history"]),
+                last=progress["last"], max_steps=progress["max_steps"],
+                epoch_losses=np.asarray(saved.info["extra"]["epoch_losses"]))
+
+
+def _typed(key) -> bool:
+    return jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
 
 
 def _send(data, order, chunk):

@@ -16,9 +16,11 @@ import numpy as np
 from jax import lax
 
 from categories import R, Space
+from categories.errors import DimensionError, SpaceMismatch
+from categories.spaces import dimension
 
 from .families import LensFamily, family
-from .para_lens import Affine, Layer
+from .para_lens import Affine, Layer, need_lens
 from .structure import add, copy
 
 
@@ -27,8 +29,24 @@ def _normal(key, shape, fan_in):
     return jax.random.normal(key, shape) / math.sqrt(max(fan_in, 1))
 
 
+def _sizes(layer: str, **sizes) -> list:
+    """The sizes as Python ints if each is a positive integer (numpy's welcome), else a
+    `DimensionError` naming the layer, the argument and the value."""
+    return [dimension(v, f"{layer}: {k}", least=1) for k, v in sizes.items()]
+
+
+def _tuple_of(layer: str, what: str, k, least: int) -> tuple:
+    """An int or a pair of ints, each an integer ≥ least, as a pair (`DimensionError` else)."""
+    if isinstance(k, (tuple, list)):
+        if len(k) != 2:
+            raise DimensionError(f"{layer}: {what} must be an integer or a pair of integers, got {k!r}")
+        return tuple(dimension(v, f"{layer}: {what}", least) for v in k)
+    return (dimension(k, f"{layer}: {what}", least),) * 2
+
+
 def linear(n_in: int, n_out: int) -> Layer:
     """x ↦ W x : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in}."""
+    n_in, n_out = _sizes("linear", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in), lambda x, W: W @ x,
                  name=f"linear({n_in}→{n_out})", structure=Affine(bias=False),
                  init=lambda k: _normal(k, (n_out, n_in), n_in))
@@ -36,12 +54,14 @@ def linear(n_in: int, n_out: int) -> Layer:
 
 def bias(n: int) -> Layer:
     """x ↦ x + b : R^n → R^n, parameters R^n (initialised at 0)."""
+    (n,) = _sizes("bias", n=n)
     return Layer(R(n), R(n), R(n), lambda x, b: x + b, name=f"bias({n})",
                  init=lambda k: jnp.zeros((n,)))
 
 
 def dense(n_in: int, n_out: int) -> Layer:
     """x ↦ W x + b : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in} × R^{n_out}."""
+    n_in, n_out = _sizes("dense", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out),
                  lambda x, Wb: Wb[0] @ x + Wb[1], name=f"dense({n_in}→{n_out})",
                  structure=Affine(bias=True),
@@ -72,22 +92,29 @@ def activation(name: str, g, smooth: bool = True) -> LensFamily:
     return _elementwise(name, g, smooth)
 
 
-def _padding(padding, kernel):
+def _padding(padding, kernel, layer: str = "conv2d"):
     if isinstance(padding, str):
+        if padding.upper() not in ("VALID", "SAME"):
+            raise DimensionError(f"{layer}: padding must be 'VALID', 'SAME', an integer ≥ 0 or "
+                                 f"pairs of them, got {padding!r}")
         return padding.upper()
-    if isinstance(padding, int):
-        return [(padding, padding)] * len(kernel)
-    return [tuple(p) for p in padding]
-
-
-def _pair(k):
-    return (k, k) if isinstance(k, int) else tuple(k)
+    if isinstance(padding, (tuple, list)):
+        if len(padding) != len(kernel):
+            raise DimensionError(f"{layer}: padding needs one (low, high) pair per spatial axis, "
+                                 f"got {padding!r}")
+        pairs = [_tuple_of(layer, "padding", p, 0) for p in padding]
+        return [tuple(p) for p in pairs]
+    p = dimension(padding, f"{layer}: padding", 0)
+    return [(p, p)] * len(kernel)
 
 
 def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID") -> LensFamily:
     """2-D convolution R^{C×H×W} → R^{C'×H'×W'}, parameters (K, b) with K of shape
     (C', C, kh, kw); per example, channels first. H and W come from the input space."""
-    kernel, stride = _pair(kernel), _pair(stride)
+    in_channels, out_channels = _sizes("conv2d", in_channels=in_channels,
+                                       out_channels=out_channels)
+    kernel = _tuple_of("conv2d", "kernel", kernel, 1)
+    stride = _tuple_of("conv2d", "stride", stride, 1)
     pad = _padding(padding, kernel)
     fan_in = in_channels * kernel[0] * kernel[1]
 
@@ -99,8 +126,13 @@ def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID
 
     def make(A: Space) -> Layer:
         if len(A.shape) != 3 or A.shape[0] != in_channels:
-            raise TypeError(f"conv2d({in_channels}→{out_channels}) needs inputs R^{{{in_channels}×H×W}}, got {A!r}")
+            raise SpaceMismatch(f"conv2d({in_channels}→{out_channels}) needs inputs R^{{{in_channels}×H×W}}, got {A!r}")
         P = R(out_channels, in_channels, *kernel) * R(out_channels)
+        margins = [(0, 0)] * 2 if pad == "VALID" else pad if isinstance(pad, list) else None
+        if margins is not None and any(h + lo + hi < k for h, k, (lo, hi) in
+                                       zip(A.shape[1:], kernel, margins)):
+            raise SpaceMismatch(f"conv2d({in_channels}→{out_channels}): a {kernel[0]}×{kernel[1]} "
+                                f"kernel does not fit inputs {A!r}")
         out = jax.eval_shape(fwd, jax.ShapeDtypeStruct(A.shape, jnp.float32),
                              (jax.ShapeDtypeStruct(P.factors[0].shape, jnp.float32),
                               jax.ShapeDtypeStruct((out_channels,), jnp.float32)))
@@ -111,9 +143,10 @@ def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID
 
 
 def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
-    window = _pair(window)
-    stride = _pair(stride if stride is not None else window)
-    pad = padding if isinstance(padding, str) else [(0, 0)] + _padding(padding, window)
+    window = _tuple_of(name, "window", window, 1)
+    stride = _tuple_of(name, "stride", stride if stride is not None else window, 1)
+    pad = _padding(padding, window, name)
+    pad = pad if isinstance(pad, str) else [(0, 0)] + pad
 
     def fwd(x, p):
         # A concrete (numpy) initial value lets JAX recognise the max/add monoid and use its
@@ -124,7 +157,9 @@ def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
 
     def make(A: Space) -> Layer:
         if len(A.shape) != 3:
-            raise TypeError(f"{name} needs inputs R^{{C×H×W}}, got {A!r}")
+            raise SpaceMismatch(f"{name} needs inputs R^{{C×H×W}}, got {A!r}")
+        if pad == "VALID" and any(h < w for h, w in zip(A.shape[1:], window)):
+            raise SpaceMismatch(f"{name}({window[0]}×{window[1]}) does not fit inputs {A!r}")
         out = jax.eval_shape(lambda x: fwd(x, None), jax.ShapeDtypeStruct(A.shape, jnp.float32))
         return Layer(A, R(*out.shape), R(0), fwd, name=f"{name}({window[0]}×{window[1]})",
                      smooth=smooth)
@@ -153,7 +188,7 @@ flatten = family(_flatten_at, "flatten")
 
 def _residual(block):
     if block.dom != block.cod:
-        raise TypeError(f"residual needs a block A → A, got {block.name} : {block.dom!r} → {block.cod!r}")
+        raise SpaceMismatch(f"residual needs a block A → A, got {block.name} : {block.dom!r} → {block.cod!r}")
     A = block.dom
     return copy(A) >> (block @ identity.at(A)) >> add(A)
 
@@ -161,6 +196,7 @@ def _residual(block):
 def residual(block):
     """x ↦ x + block(x), built as copy ≫ (block ⊗ id) ≫ add; the block must be an endomorphism
     A → A (a family gives the family of its members' residuals, every one A → A)."""
+    need_lens(block, "residual")
     return block.lift(_residual, name=f"residual({block.name})", endo=True)
 
 

@@ -37,11 +37,13 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from categories import Covector, DomainError, Product
+from categories.errors import (HyperparameterError, KindError, ParalensError, ShapeError,
+                               SpaceMismatch, TargetError)
 
 from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import NonFiniteError, Optimiser, check_params, finite_flags, from_optax, slot_names
-from .para_lens import batched
+from .para_lens import batched, check_batch, need_lens
 
 tree_map = jax.tree_util.tree_map
 
@@ -77,7 +79,7 @@ def fault_error(state: TrainState, kind: int, step: int, slot: int, names=None, 
     fault cleared) and `.step` (the refused step's number)."""
     name = names[slot] if names is not None and slot < len(names) else f"slot {slot}"
     if kind == 4:
-        error = ValueError(f"step {step}: the target of example {slot} of the batch is not one "
+        error = TargetError(f"step {step}: the target of example {slot} of the batch is not one "
                            "the loss family accepts (a class label out of range, a probability "
                            "outside [0, 1], NaN, ...); the step is refused and the parameters are "
                            "left as they were")
@@ -126,12 +128,13 @@ class TrainStep:
     def __init__(self, model, loss_family, opt, reduction: str = "mean", mesh=None,
                  axis: str | None = None):
         if reduction not in ("sum", "mean"):
-            raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+            raise HyperparameterError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+        need_lens(model, "train_step")
         if isinstance(opt, optax.GradientTransformation):
             opt = from_optax(opt)
         if not isinstance(opt, Optimiser):
-            raise TypeError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
-        model = model.fixed("train_step") if hasattr(model, "fixed") else model
+            raise KindError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
+        model = model.fixed("train_step")
         self.model, self.loss_family, self.opt = model, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
@@ -169,18 +172,16 @@ class TrainStep:
     def _validate(self, state, X, Y):
         """What is checked once per compiled signature, while the step is traced."""
         if not isinstance(state, TrainState):
-            raise TypeError(f"a training step takes a TrainState (from step.init(params)), got "
+            raise KindError(f"a training step takes a TrainState (from step.init(params)), got "
                             f"{type(state).__name__}: pass step.init(params), not the parameters")
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, self.names)
-            raise TypeError(f"the parameters do not have the structure of {self.model.param!r}")
-        self.loss_family.check_targets(Y, self.model.cod)  # shapes here; values by `targets_ok`
-        dom = self.model.dom
-        want = [S.shape for S in (dom.factors if isinstance(dom, Product) else (dom,))]
-        got = [tuple(x.shape) for x in (X if isinstance(dom, Product) else (X,))]
-        if len(got) != len(want) or any(g[1:] != w or not g[0] for g, w in zip(got, want)):
-            raise ValueError(f"the batch for {self.model.name} must have shape (n, *{want[0]}) "
-                             f"with n ≥ 1 (the domain {dom!r}), got {got if len(got) > 1 else got[0]}")
+            raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
+        n = check_batch(self.model.dom, X, f"the batch for {self.model.name}")
+        Y = self.loss_family.check_targets(Y, self.model.cod)  # shapes here; values: `targets_ok`
+        if np.shape(Y)[0] != n:
+            raise ShapeError(f"the batch for {self.model.name} has {n} inputs but "
+                             f"{np.shape(Y)[0]} targets")
 
     def step_fn(self, state, X, Y):
         """The traceable step (what is compiled, and what `fit` scans)."""
@@ -255,10 +256,25 @@ class TrainStep:
 
     def __call__(self, state: TrainState, X, Y):
         if self.mesh is not None and np.shape(X)[0] % self.mesh.shape[self.axis]:
-            raise ValueError(f"a batch of {np.shape(X)[0]} cannot be split evenly over the "
+            raise ShapeError(f"a batch of {np.shape(X)[0]} cannot be split evenly over the "
                              f"{self.mesh.shape[self.axis]} devices of mesh axis {self.axis!r}")
-        new, (loss, slope) = self._compiled(state, X, Y)
+        try:
+            new, (loss, slope) = self._compiled(state, X, Y)
+        except ParalensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing (a string batch)
+            self._diagnose(state, X, Y, e)
+            raise
         return new, Report(loss, slope, new, self)
+
+    def _diagnose(self, state, X, Y, error):
+        """After the compiled call failed with an error of JAX's: the catalogued error that
+        names the cause, if the host-side checks find one (else the caller re-raises JAX's).
+        Off the hot path: it runs only after a failure."""
+        try:
+            self._validate(state, X, Y)
+        except ParalensError as mine:
+            raise mine from error
 
     def check(self, state: TrainState) -> TrainState:
         """Raise the fault `state` records, naming the step and the slot (a synchronisation
@@ -290,8 +306,14 @@ _predictors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def predict(model, params, X):
-    """The batched forward pass f(X, p) (compiled once per model and shapes)."""
+    """The batched forward pass f(X, p) (compiled once per model and shapes). X is checked
+    against the model's domain (`ShapeError`) and p against its parameter object
+    (`DomainError`) before anything is compiled."""
+    need_lens(model, "predict")
     model = model.fixed("predict")
+    check_batch(model.dom, X, f"predict({model.name})", concrete_values=True)
+    check_params(model.param, params, slot_names(model))
+    model.param.check(params, f"the parameters given to predict({model.name})")
     fn = _predictors.get(model)
     if fn is None:
         fn = _predictors[model] = jax.jit(lambda p, X: batched(model).forward(X, p))
@@ -299,11 +321,51 @@ def predict(model, params, X):
 
 
 def accuracy(model, params, X, Y) -> float:
-    """Fraction of examples whose largest output is the label (Y integer labels or one-hot)."""
+    """Fraction of examples whose largest output is the label (Y integer labels or one-hot).
+
+    The model must be a classifier with outputs R^k, k ≥ 2; Y either n integer labels in
+    [0, k) or an (n, k) array of one-hot (or probability) rows; else `TargetError`."""
+    need_lens(model, "accuracy")
+    model = model.fixed("accuracy")
+    labels = check_labels(model, X, Y)
     pred = np.argmax(np.asarray(predict(model, params, X)), axis=-1)
-    Y = np.asarray(Y)
-    labels = np.argmax(Y, axis=-1) if Y.ndim > 1 else Y
     return float(np.mean(pred == labels))
 
 
-__all__ = ["TrainState", "Report", "TrainStep", "train_step", "accuracy", "predict", "fault_error"]
+def check_labels(model, X, Y) -> np.ndarray:
+    """The integer labels of Y if Y holds labels (or one-hot rows) for the classifier `model`
+    and as many examples as X, else `TargetError` (`ShapeError` for X itself)."""
+    n = check_batch(model.dom, X, f"accuracy({model.name})")
+    cod = model.cod
+    if isinstance(cod, Product) or len(cod.shape) != 1 or cod.shape[0] < 2:
+        raise TargetError(f"accuracy needs a classifier with outputs R^k, k ≥ 2 (the largest "
+                          f"output is the predicted class), but {model.name} has outputs {cod!r}")
+    k = cod.shape[0]
+    try:
+        Y = np.asarray(Y)
+    except Exception:  # noqa: BLE001 - a ragged list
+        raise TargetError(f"accuracy({model.name}): targets must be an array, got "
+                          f"{type(Y).__name__}") from None
+    if Y.ndim == 0 or Y.shape[0] != n:
+        raise ShapeError(f"accuracy({model.name}): {n} inputs but targets of shape {Y.shape}")
+    if Y.ndim == 1:
+        if not (np.issubdtype(Y.dtype, np.integer)):
+            raise TargetError(f"accuracy({model.name}): labels must be integers in [0, {k}), "
+                              f"got dtype {Y.dtype}")
+        bad = (Y < 0) | (Y >= k)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TargetError(f"accuracy({model.name}): labels must be integers in [0, {k}), got "
+                              f"{Y[i]} (example {i})")
+        return Y
+    if Y.ndim != 2 or Y.shape[1] != k:
+        raise TargetError(f"accuracy({model.name}): one-hot targets need shape ({n}, {k}) for "
+                          f"outputs {cod!r}, got shape {Y.shape}")
+    if not (np.issubdtype(Y.dtype, np.number) or Y.dtype == np.bool_) or \
+            np.issubdtype(Y.dtype, np.complexfloating) or not np.all(np.isfinite(Y)):
+        raise TargetError(f"accuracy({model.name}): one-hot targets must be finite real numbers")
+    return np.argmax(Y, axis=-1)
+
+
+__all__ = ["TrainState", "Report", "TrainStep", "train_step", "accuracy", "predict", "fault_error",
+           "check_labels"]

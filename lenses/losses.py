@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Covector, R, Smooth, Space
+from categories.errors import (HyperparameterError, KindError, ShapeError, TargetError,
+                               TargetTypeError)
 
 _MISSING = object()
 _SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
@@ -42,7 +44,7 @@ def _as_array(Y, fam):
     try:
         return np.asarray(Y)
     except Exception as e:  # noqa: BLE001 — a ragged list, an object
-        raise TypeError(f"{fam!r}: targets must be an array, got {type(Y).__name__}") from e
+        raise TargetTypeError(f"{fam!r}: targets must be an array, got {type(Y).__name__}") from e
 
 
 def _shape_str(shape) -> str:
@@ -57,7 +59,7 @@ class LossFamily:
 
     - `output_space(y)`: the space C of outputs a target y (only its shape and dtype are
       read) belongs to; by default R^shape(y).
-    - `check_values(Y, batched)`: raise `ValueError` for targets outside the family's domain
+    - `check_values(Y, batched)`: raise `ValueError` (the library's own: `TargetError`) for targets outside the family's domain
       (concrete values only); by default every value is accepted.
     - `output_fisher(z, v)`: F(z) v, the Fisher information in the output of the predictive
       distribution p(y | z) whose negative log-likelihood the loss is. Needed by `Fisher` and
@@ -111,10 +113,10 @@ class LossFamily:
             names = {f.name for f in dataclasses.fields(self)}
             unknown = sorted(set(config) - names)
             if unknown:
-                raise TypeError(f"{self!r} has no configuration {', '.join(unknown)} "
+                raise KindError(f"{self!r} has no configuration {', '.join(unknown)} "
                                 f"(it has {', '.join(sorted(names)) or 'none'})")
             return dataclasses.replace(self, **config)
-        raise TypeError(f"{self!r} takes no configuration, got {', '.join(sorted(config))}")
+        raise KindError(f"{self!r} takes no configuration, got {', '.join(sorted(config))}")
 
     # -- derived ---------------------------------------------------------------------------
     def __call__(self, y=_MISSING, **config):
@@ -139,14 +141,20 @@ class LossFamily:
         naming the family, what it expected and what it was given. Shapes are checked always,
         values (labels in range, probabilities in [0, 1], ...) only for concrete Y."""
         Y = _as_array(Y, self)
+        try:
+            numeric = bool(jnp.issubdtype(Y.dtype, jnp.number) or Y.dtype == np.bool_)
+        except TypeError:
+            numeric = False
+        if not numeric or jnp.issubdtype(Y.dtype, jnp.complexfloating):
+            raise TargetTypeError(f"{self!r}: targets must be real numbers, got dtype {Y.dtype}")
         shape = tuple(np.shape(Y))
         if batched and not shape:
-            raise ValueError(f"{self!r}: a batch of targets needs a leading batch axis, "
+            raise TargetError(f"{self!r}: a batch of targets needs a leading batch axis, "
                              "got a scalar")
         example_shape = shape[1:] if batched else shape
         expected = self._output_space_of(example_shape, Y.dtype)
         if output_space is not None and tuple(expected.shape) != tuple(output_space.shape):
-            raise ValueError(
+            raise TargetError(
                 f"{self!r}: targets of shape {_shape_str(example_shape)} (per example) belong to "
                 f"outputs in {expected!r}, but the model's outputs lie in {output_space!r}")
         if _concrete(Y):
@@ -221,13 +229,13 @@ def _per_example(ok):
 def _need_finite(fam, Y):
     if not np.all(np.isfinite(Y)):
         bad = np.argwhere(~np.isfinite(Y))[0]
-        raise ValueError(f"{fam!r}: targets must be finite, got {Y[tuple(bad)]} at index "
+        raise TargetError(f"{fam!r}: targets must be finite, got {Y[tuple(bad)]} at index "
                          f"{tuple(int(i) for i in bad)}")
 
 
 def _need_real(fam, Y, what="targets"):
     if not (np.issubdtype(Y.dtype, np.number) or Y.dtype == np.bool_):
-        raise TypeError(f"{fam!r}: {what} must be real numbers, got dtype {Y.dtype}")
+        raise TargetTypeError(f"{fam!r}: {what} must be real numbers, got dtype {Y.dtype}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -266,7 +274,7 @@ class SoftmaxCrossEntropy(LossFamily):
         k = self.classes
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer))
                               or k < 1):
-            raise TypeError(f"softmax_cross_entropy: classes must be a positive integer, got {k!r}")
+            raise HyperparameterError(f"softmax_cross_entropy: classes must be a positive integer, got {k!r}")
         if k is not None:
             object.__setattr__(self, "classes", int(k))
 
@@ -280,16 +288,16 @@ class SoftmaxCrossEntropy(LossFamily):
         shape, dtype = tuple(y.shape), y.dtype
         if not shape:
             if not (np.issubdtype(dtype, np.integer)):
-                raise TypeError(f"{self!r}: a scalar target is a class label and must be an "
+                raise TargetTypeError(f"{self!r}: a scalar target is a class label and must be an "
                                 f"integer, got dtype {np.dtype(dtype)}; pass integer labels or "
                                 "probability vectors")
             if self.classes is None:
-                raise TypeError("softmax_cross_entropy with integer labels needs the number of "
+                raise TargetTypeError("softmax_cross_entropy with integer labels needs the number of "
                                 "classes: use softmax_cross_entropy(classes=k) (or "
                                 "softmax_cross_entropy(label, classes=k) for one loss)")
             return R(self.classes)
         if self.classes is not None and shape[-1] != self.classes:
-            raise ValueError(f"{self!r}: a probability-vector target needs {self.classes} "
+            raise TargetError(f"{self!r}: a probability-vector target needs {self.classes} "
                              f"entries on its last axis, got shape {_shape_str(shape)}")
         return R(*shape)
 
@@ -302,14 +310,14 @@ class SoftmaxCrossEntropy(LossFamily):
             bad = (Y < 0) | (Y >= k)
             if np.any(bad):
                 i = np.argwhere(bad)[0]
-                raise ValueError(f"{self!r}: class labels must be integers in [0, {k}), got "
+                raise TargetError(f"{self!r}: class labels must be integers in [0, {k}), got "
                                  f"{Y[tuple(i)]}" + (f" (example {int(i[0])})" if batched else ""))
             return
         _need_real(self, Y)
         bad = ~((Y >= 0) & (Y <= 1))
         if np.any(bad):
             i = np.argwhere(bad)[0]
-            raise ValueError(f"{self!r}: probability-vector targets need entries in [0, 1], "
+            raise TargetError(f"{self!r}: probability-vector targets need entries in [0, 1], "
                              f"got {Y[tuple(i)]} at index {tuple(int(j) for j in i)}")
         eps = np.finfo(Y.dtype).eps if np.issubdtype(Y.dtype, np.floating) else 0.0
         tol = max(1e-5, 100 * eps * Y.shape[-1])
@@ -318,7 +326,7 @@ class SoftmaxCrossEntropy(LossFamily):
         if np.any(off):
             i = np.argwhere(off)[0]
             where = f" at index {tuple(int(j) for j in i)}" if len(i) else ""
-            raise ValueError(f"{self!r}: probability-vector targets must sum to 1 over the last "
+            raise TargetError(f"{self!r}: probability-vector targets must sum to 1 over the last "
                              f"axis, got {float(sums[tuple(i)])}{where}; for integer class "
                              "labels use softmax_cross_entropy(classes=k)")
 
@@ -352,7 +360,7 @@ class BinaryCrossEntropy(LossFamily):
         bad = ~((Y >= 0) & (Y <= 1))
         if np.any(bad):
             i = np.argwhere(bad)[0]
-            raise ValueError(f"{self!r}: targets must lie in [0, 1], got {Y[tuple(i)]} at "
+            raise TargetError(f"{self!r}: targets must lie in [0, 1], got {Y[tuple(i)]} at "
                              f"index {tuple(int(j) for j in i)}")
 
     def targets_ok(self, Y):
@@ -395,7 +403,7 @@ class CallableFamily(LossFamily):
     def _loss(self, y):
         L = self.fn(y)
         if not isinstance(L, Smooth):
-            raise TypeError(f"the loss family {self.name} must map a target to a loss "
+            raise KindError(f"the loss family {self.name} must map a target to a loss "
                             f"(a Smooth C → R), got {type(L).__name__}")
         return L
 
@@ -426,10 +434,10 @@ def loss_family(family: Any) -> LossFamily:
     if isinstance(family, LossFamily):
         return family
     if isinstance(family, Smooth):
-        raise TypeError(f"a loss family is needed, got the loss {family!r} for one target: "
+        raise KindError(f"a loss family is needed, got the loss {family!r} for one target: "
                         "pass the family, e.g. half_squared_error, not half_squared_error(y)")
     if isinstance(family, type) and issubclass(family, LossFamily):
-        raise TypeError(f"a loss family is needed, got the class {family.__name__}: pass an "
+        raise KindError(f"a loss family is needed, got the class {family.__name__}: pass an "
                         f"instance, e.g. {family.__name__}()")
     if isinstance(family, functools.partial) and not family.args:
         base = loss_family(family.func)
@@ -437,7 +445,7 @@ def loss_family(family: Any) -> LossFamily:
             return base.configure(**family.keywords)
     if callable(family) and not isinstance(family, type):
         return CallableFamily(family)
-    raise TypeError(f"a loss family is needed (e.g. half_squared_error, "
+    raise KindError(f"a loss family is needed (e.g. half_squared_error, "
                     f"softmax_cross_entropy(classes=k), or a LossFamily), got {family!r}")
 
 
@@ -446,7 +454,7 @@ def loss_family(family: Any) -> LossFamily:
 def dL(loss: Smooth, c) -> Covector:
     """The differential of the loss at c, a covector on C (the start of the backward pass)."""
     if isinstance(loss, LossFamily):
-        raise TypeError(f"dL needs the loss for one target, got the family {loss!r}: "
+        raise KindError(f"dL needs the loss for one target, got the family {loss!r}: "
                         "pass family(y)")
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
@@ -456,7 +464,7 @@ def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
     The targets are checked against the family (shape always, values when concrete), and
     the batched outputs against the targets' output space."""
     if reduction not in ("sum", "mean"):
-        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+        raise HyperparameterError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     fam = loss_family(family).configure(**kw) if kw else loss_family(family)
     targets = fam.check_targets(targets)
     targets = jnp.asarray(targets)
@@ -467,7 +475,7 @@ def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
 
     def fn(C):
         if tuple(jnp.shape(C)) != dom.shape:
-            raise ValueError(f"{fam!r}: a batch of {n} targets of shape "
+            raise ShapeError(f"{fam!r}: a batch of {n} targets of shape "
                              f"{_shape_str(targets.shape[1:])} needs outputs of shape "
                              f"{_shape_str(dom.shape)}, got {_shape_str(jnp.shape(C))}")
         losses = per(C, targets)

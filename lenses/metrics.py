@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from categories import Covector, Space, Vector
+from categories.errors import CovectorError
 from categories.linear import pairing, unwrap
 
 from .losses import LossFamily, loss_family
@@ -45,7 +46,10 @@ class Context:
 
 
 class Metric:
-    """An inner product g_p on the tangent spaces of a parameter object (abstract)."""
+    """An inner product g_p on the tangent spaces of a parameter object (abstract).
+
+    `sharp(p, cov, ctx)` takes a `Covector` (or its raw value, as `optax.chain` passes it)
+    and refuses a `Vector` (`CovectorError`)."""
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
         raise NotImplementedError
@@ -61,6 +65,23 @@ class Metric:
         return type(self).__name__ + "()"
 
 
+def covector_value(cov, who: str = "sharp"):
+    """The raw value of a covector given to a sharp map: a `Covector`, or (documented, as
+    `optax.chain` passes it) its raw value; a `Vector` is refused (`CovectorError`)."""
+    if isinstance(cov, Vector):
+        raise CovectorError(f"{who} takes a covector, got a Vector: a vector is already a vector "
+                            "(the sharp map turns a covector into one; flat goes back)")
+    value = unwrap(cov)
+    for leaf in jax.tree_util.tree_leaves(value):  # static: dtypes, also under jit
+        dtype = getattr(leaf, "dtype", None)
+        real = (isinstance(leaf, (int, float)) and not isinstance(leaf, bool)) if dtype is None \
+            else bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+        if not real:
+            raise CovectorError(f"{who} takes a covector of real numbers, got a leaf "
+                                f"{type(leaf).__name__}" + (f" of dtype {dtype}" if dtype else ""))
+    return value
+
+
 def _space_of(x, default=None):
     return getattr(x, "space", default)
 
@@ -69,7 +90,7 @@ class Euclidean(Metric):
     """g(u, v) = Σ u_i v_i: sharp and flat are the identity on components."""
 
     def sharp(self, p, cov, ctx=None):
-        return Vector(unwrap(cov), _space_of(cov))
+        return Vector(covector_value(cov, "Euclidean().sharp"), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
         return Covector(unwrap(vec), _space_of(vec))
@@ -94,7 +115,8 @@ class Diagonal(Metric):
         return tree_map(op, x, w)
 
     def sharp(self, p, cov, ctx=None):
-        return Vector(self._apply(unwrap(cov), lambda a, w: a / w), _space_of(cov))
+        return Vector(self._apply(covector_value(cov, "Diagonal.sharp"), lambda a, w: a / w),
+                      _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
         return Covector(self._apply(unwrap(vec), lambda a, w: a * w), _space_of(vec))
@@ -126,7 +148,7 @@ class Constant(Metric):
 
     def sharp(self, p, cov, ctx=None):
         solve = lambda g: jax.scipy.linalg.cho_solve((self.L, True), g)  # noqa: E731
-        return Vector(self._map(unwrap(cov), solve), _space_of(cov))
+        return Vector(self._map(covector_value(cov, "Constant.sharp"), solve), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
         return Covector(self._map(unwrap(vec), lambda v: self.G @ v), _space_of(vec))
@@ -149,4 +171,5 @@ def unflatten_like(flat, like):
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like"]
+__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like",
+           "covector_value"]

@@ -36,7 +36,7 @@ from categories import Covector, Vector
 from categories.linear import unwrap
 
 from .losses import dL, loss_family
-from .metrics import Context, Metric, ravel, unflatten_like
+from .metrics import Context, Metric, covector_value, ravel, unflatten_like
 from .para_lens import Affine, at_path, batched
 
 tree_map = jax.tree_util.tree_map
@@ -130,7 +130,7 @@ class _DataMetric(Metric):
         return cache[key](p, t, ctx.x, ctx.y)
 
     def sharp(self, p, cov, ctx=None):
-        g = unwrap(cov)
+        g = covector_value(cov, f"{self!r}.sharp")
         x = self._run("_sharp", p, g, ctx)
         if _finite(g) is True and _finite(x) is False:  # concrete values only, not under jit
             raise ValueError(f"{self!r} is not positive definite here (the solve failed): "

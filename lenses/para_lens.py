@@ -26,8 +26,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from categories import Covector, Product, Smooth, Space, check_composable
+from categories import Covector, Product, Smooth, Space, Vector, check_composable
+from categories.errors import CovectorError, KindError, ShapeError, SpaceMismatch
 from categories import tie as _tie_para
 from categories.linear import unwrap
 from categories.para import one_slot, slot_uses
@@ -230,18 +232,24 @@ class ParaLens(metaclass=_Builds):
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
         self._check_point(a, p)
-        b, pull = self._vjp(a, p, False)
-        return b, self._wrap(pull)
+        b, pull = self._vjp(as_real(a), p, False)
+        return b, self._wrap(pull, out=b)
 
     def backward(self, a, p, b_cov):
         """f'(a, p, b') = (a', p'): Covectors on A and on P."""
         return self.vjp(a, p)[1](b_cov)
 
-    def _wrap(self, pull):
-        dom, param = self.dom, self.param
+    def _wrap(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
+        dom, param, cod, name = dom or self.dom, self.param, self.cod, self.name
 
         def pullback(b_cov):
-            da, dp = pull(unwrap(b_cov))
+            """(a', p') for the covector b' on the codomain (a `Covector`, or its raw value)."""
+            check_cotangent(cod, b_cov, f"the covector given to the backward part of {name}",
+                            lead)
+            c = unwrap(b_cov)
+            if out is not None:  # a covector of integers (or of another float width) is one of
+                c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
+            da, dp = pull(c)
             return Covector(da, dom), Covector(dp, param)
 
         return pullback
@@ -264,6 +272,121 @@ class ParaLens(metaclass=_Builds):
     def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None):
         """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
         return self.lift(lambda lens: Reparam(lens, r, init, name))
+
+
+def as_real(a):
+    """a with integer leaves as floats (the default float type): an input of integers is a
+    point of R^n, and its covector must be one too (JAX would give integers a `float0` one)."""
+    return tree_map(lambda v: jnp.asarray(v, jnp.result_type(float))
+                    if jnp.issubdtype(jnp.result_type(v), jnp.integer) else v, a)
+
+
+def need_lens(x, who: str) -> None:
+    """Refuse (`KindError`) what is neither a lens nor a family of lenses."""
+    if not (callable(getattr(x, "lift", None)) and callable(getattr(x, "is_fixed", None))):
+        raise KindError(f"{who} needs a lens (e.g. dense(2, 3)) or a family of lenses "
+                        f"(e.g. tanh), got {type(x).__name__} {x!r}")
+
+
+def _leaf_shapes(space: Space, lead: tuple):
+    """The shapes of the leaves of a point of `space` (None for R^0), nested like the point."""
+    if isinstance(space, Product):
+        return tuple(_leaf_shapes(f, lead) for f in space.factors)
+    return None if space.is_terminal else lead + tuple(space.shape)
+
+
+def _tree_mismatch(want, x, where: str) -> str | None:
+    """None if x has the structure and leaf shapes `want` (from `_leaf_shapes`), else where not."""
+    if isinstance(want, tuple) and (not want or not isinstance(want[0], int)) and want != ():
+        if not isinstance(x, tuple) or len(x) != len(want):
+            return (f"{where} should be a tuple of {len(want)}, got "
+                    f"{type(x).__name__ if not isinstance(x, tuple) else f'a tuple of {len(x)}'}")
+        return next((m for i, (w, y) in enumerate(zip(want, x))
+                     if (m := _tree_mismatch(w, y, f"{where}[{i}]"))), None)
+    if want is None:
+        return None if x is None else f"{where} should be None (an R^0 slot), got {_what(x)}"
+    shape = getattr(x, "shape", None)
+    if shape is None or tuple(shape) != tuple(want):
+        return f"{where} should have shape {tuple(want)}, got {_what(x)}"
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and not (jnp.issubdtype(dtype, jnp.floating)
+                                  or jnp.issubdtype(dtype, jnp.integer)):
+        return f"{where} should hold real numbers, got dtype {dtype}"
+    return None
+
+
+def _what(x) -> str:
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return f"an array of shape {tuple(shape)}"
+    return "None" if x is None else type(x).__name__
+
+
+def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
+    """Refuse (`CovectorError`) a Vector, or a value whose leaves are not shaped like a
+    cotangent vector on `space` (with the leading axes `lead`, e.g. a batch): a covector is
+    a `Covector` or, where documented, its raw value. Static: shapes and dtypes only."""
+    if isinstance(c, Vector):
+        raise CovectorError(f"{what} is a Vector, but a covector belongs here: a vector is not "
+                            "a covector (the flat map of an inner product turns one into the other)")
+    why = _tree_mismatch(_leaf_shapes(space, tuple(lead)), unwrap(c), "its value")
+    if why:
+        raise CovectorError(f"{what} is not a covector on {space!r}"
+                            f"{f' (with leading axes {tuple(lead)})' if lead else ''}: {why}")
+
+
+def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
+    """The number of examples n ≥ 1 if X is a batch of points of `dom` (shape (n, *dom.shape),
+    real numbers; a tuple of such batches, of one n, for a product domain), else `ShapeError`
+    naming `who`, the shape expected and the shape given. With `concrete_values`, NaN and
+    infinity are refused too (host data only; a training step records them as a fault)."""
+    found = []
+
+    def walk(S, x, where):
+        if isinstance(S, Product):
+            if not isinstance(x, tuple) or len(x) != len(S.factors):
+                raise ShapeError(f"{who}: the batch{where} for the domain {S!r} must be a tuple "
+                                 f"of {len(S.factors)} batches, got {_what(x)}")
+            for i, (F, y) in enumerate(zip(S.factors, x)):
+                walk(F, y, f"{where}[{i}]")
+            return
+        if S.is_terminal:
+            if x is not None:
+                raise ShapeError(f"{who}: the batch{where} for R^0 must be None, got {_what(x)}")
+            return
+        shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+        want = f"(n, *{tuple(S.shape)})"
+        if shape is None or dtype is None:
+            raise ShapeError(f"{who}: the batch{where} must be an array of shape {want} "
+                             f"for the domain {S!r}, got {_what(x)}")
+        shape = tuple(shape)
+        try:
+            real = bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+        except TypeError:
+            real = False
+        if not real:
+            raise ShapeError(f"{who}: the batch{where} must hold real numbers, got dtype {dtype}")
+        if len(shape) != 1 + len(S.shape) or shape[1:] != tuple(S.shape):
+            raise ShapeError(f"{who}: the batch{where} must have shape {want} for the domain "
+                             f"{S!r} (one row per example), got shape {shape}")
+        if shape[0] < 1:
+            raise ShapeError(f"{who}: the batch{where} is empty (shape {shape}); a batch needs "
+                             "at least one example")
+        found.append((where, shape[0]))
+        if concrete_values and not isinstance(x, jax.core.Tracer) and \
+                jnp.issubdtype(dtype, jnp.floating):
+            finite = np.isfinite(np.asarray(x))
+            if not finite.all():
+                i = tuple(int(k) for k in np.argwhere(~finite)[0])
+                raise ShapeError(f"{who}: the batch{where} holds {np.asarray(x)[i]} at index "
+                                 f"{i}, not a real number")
+
+    walk(dom, X, "")
+    sizes = {n for _, n in found}
+    if len(sizes) > 1:
+        raise ShapeError(f"{who}: the batches of the factors of {dom!r} have different numbers "
+                         f"of examples: " + ", ".join(f"X{w}: {n}" for w, n in found))
+    return found[0][1] if found else 0
 
 
 def _param_str(space: Space) -> str:
@@ -309,7 +432,7 @@ class Layer(ParaLens):
                  structure: Any = None, node: bool = False):
         for what, space in (("domain", dom), ("codomain", cod), ("parameter object", param)):
             if not isinstance(space, Space):
-                raise TypeError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
+                raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
         self.dom, self.cod, self.param = dom, cod, param
         self._forward, self._backward, self._init = forward, backward, init
         self.name = name or getattr(forward, "__name__", "f")
@@ -321,11 +444,11 @@ class Layer(ParaLens):
         try:
             out = jax.eval_shape(self._forward, _abstract(self.dom), _abstract(self.param))
         except Exception as e:  # noqa: BLE001 - re-raised with the lens's name
-            raise TypeError(f"the forward part of {self.name} : {self.dom!r} → {self.cod!r} "
+            raise SpaceMismatch(f"the forward part of {self.name} : {self.dom!r} → {self.cod!r} "
                             f"(params {self.param!r}) fails on a point of its domain: {e}") from e
         why = _shape_mismatch(self.cod, out)
         if why:
-            raise TypeError(f"the forward part of {self.name} does not land in its codomain "
+            raise SpaceMismatch(f"the forward part of {self.name} does not land in its codomain "
                             f"{self.cod!r}: {why}")
 
     @property
@@ -531,7 +654,7 @@ class Reparam(ParaLens):
 
     def __init__(self, lens: ParaLens, r: Smooth, init=None, name=None):
         if r.cod != lens.param:
-            raise TypeError(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
+            raise SpaceMismatch(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")
         self.children, self.r, self._init = (lens,), r, init
         self.dom, self.cod, self.param = lens.dom, lens.cod, r.dom
@@ -597,19 +720,25 @@ class Batched:
     def is_fixed(self) -> bool:
         return True
 
-    def _check(self, X, p):
+    def _check(self, X, p) -> int:
+        n = check_batch(self.lens.dom, X, f"batched({self.lens.name})", concrete_values=True)
         self.lens.param.check(p, f"the parameter of {self.lens.name}")
+        return n
 
     def forward(self, X, p):
+        """f(x_i, p) for every example x_i of the batch X, shape (n, *cod)."""
         self._check(X, p)
         return self.lens._apply(X, p, True)
 
     __call__ = forward
 
     def vjp(self, X, p):
-        self._check(X, p)
-        b, pull = self.lens._vjp(X, p, True)
-        return b, self.lens._wrap(pull)
+        """(the batch of outputs, pullback); the pullback takes a batch of covectors on the
+        codomain (a `Covector` or its raw value, leading axis n) and gives the batch of input
+        covectors and the parameter covector added over the batch."""
+        n = self._check(X, p)
+        b, pull = self.lens._vjp(as_real(X), p, True)
+        return b, self.lens._wrap(pull, lead=(n,), out=b)
 
     def backward(self, X, p, B_cov):
         return self.vjp(X, p)[1](B_cov)
@@ -632,12 +761,19 @@ class Batched:
 
 def batched(lens):
     """The batch traversal of `lens` (a family gives the family of its members' traversals)."""
+    need_lens(lens, "batched")
     return lens.lift(Batched, name=f"batched({lens.name})")
 
 
 def tie(lens, slots):
     """Weight tying, `categories.tie` (the reparameterisation along the diagonal: the shared
-    slot receives the sum of the covectors of its uses), for lenses and families of lenses."""
+    slot receives the sum of the covectors of its uses), for lenses and families of lenses.
+    The slots are checked now, also for a family (whose members share one parameter object
+    structure only once fixed: then again)."""
+    need_lens(lens, "tie")
+    if lens.is_fixed():
+        from categories.para import check_slots
+        check_slots(lens.param, slots)
     return lens.lift(lambda member: _tie_para(member, slots))
 
 
@@ -657,4 +793,5 @@ def n_params(lens: ParaLens) -> int:
 
 
 __all__ = ["ParaLens", "Layer", "Chain", "Parallel", "Reparam", "Batched", "Affine", "Site",
-           "batched", "derived", "uses", "n_params", "tie", "sequence_vjp", "at_path"]
+           "batched", "derived", "uses", "n_params", "tie", "sequence_vjp", "at_path", "check_batch",
+           "check_cotangent", "need_lens"]

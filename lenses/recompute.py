@@ -18,7 +18,9 @@ import numpy as np
 from jax import lax
 
 from . import picture
-from .para_lens import Chain, ParaLens, sequence_vjp
+from categories.errors import DimensionError
+
+from .para_lens import Chain, ParaLens, need_lens, sequence_vjp
 
 tree_map = jax.tree_util.tree_map
 
@@ -81,11 +83,11 @@ def _segments(n: int, segments) -> int:
     if segments == "sqrt":
         return max(1, round(math.sqrt(n)))
     try:
-        k = operator.index(segments)  # numpy integers are integers too
+        k = operator.index(segments) if not isinstance(segments, bool) else 0  # numpy ints too
     except TypeError:
         k = 0
     if k < 1:
-        raise ValueError(f"segments must be a positive integer or 'sqrt', got {segments!r}")
+        raise DimensionError(f"segments must be a positive integer or 'sqrt', got {segments!r}")
     return min(k, n)
 
 
@@ -161,6 +163,7 @@ class Checkpointed(ParaLens):
 def checkpoint(lens, policy=None, segments=None):
     """The recompute rule (gradient checkpointing) for `lens` (or for every member of a
     family); `segments=k` (or "sqrt") cuts a chain into k runs recomputed one at a time."""
+    need_lens(lens, "checkpoint")
     if segments is not None:
         _segments(1, segments)  # refuse a bad argument now, not when a family is fixed
     return lens.lift(lambda member: Checkpointed(member, policy, segments),

@@ -28,7 +28,9 @@ from jax import lax
 from categories import Positive, Product, R, Space
 
 from . import picture
-from .para_lens import ParaLens
+from categories.errors import DimensionError, SpaceMismatch
+
+from .para_lens import ParaLens, need_lens
 
 tree_map = jax.tree_util.tree_map
 
@@ -79,7 +81,7 @@ class Repeat(ParaLens):
 
     def __init__(self, layer: ParaLens, n: int, remat: bool = False):
         if layer.dom != layer.cod:
-            raise TypeError(f"repeat needs a layer A → A, got {layer.name} : {layer.dom!r} → {layer.cod!r}")
+            raise SpaceMismatch(f"repeat needs a layer A → A, got {layer.name} : {layer.dom!r} → {layer.cod!r}")
         self.children, self.n, self.remat = (layer,), n, bool(remat)
         self.dom, self.cod, self.param = layer.dom, layer.cod, stacked(layer.param, n)
         self.name = f"repeat({layer.name}, {n}{', remat' if remat else ''})"
@@ -178,12 +180,13 @@ class Repeat(ParaLens):
 def repeat(layer, n: int, remat: bool = False):
     """n copies of the endomorphism `layer` in sequence, each with its own parameters, as one
     lens with stacked parameters, compiled as a scan (program size independent of n)."""
+    need_lens(layer, "repeat")
     try:
-        count = operator.index(n)  # numpy integers are integers too
+        count = operator.index(n) if not isinstance(n, bool) else 0  # numpy integers too
     except TypeError:
         count = 0
     if count < 1:
-        raise ValueError(f"repeat needs a positive integer number of copies, got {n!r}")
+        raise DimensionError(f"repeat needs a positive integer number of copies, got {n!r}")
     n = count
     return layer.lift(lambda member: Repeat(member, n, remat),
                       name=f"repeat({layer.name}, {n}{', remat' if remat else ''})")

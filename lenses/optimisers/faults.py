@@ -14,12 +14,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from categories import DomainError, Product, Space
+from categories.errors import NonFiniteError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
-
-
-class NonFiniteError(FloatingPointError):
-    """A step produced NaN or infinity (in a covector or in the new point)."""
 
 
 # -- faults ----------------------------------------------------------------------------------
@@ -64,7 +61,7 @@ def check_params(space: Space, p, names=None) -> None:
     for name, (s, q) in zip(names, slots):
         why = find_missing(s, q, f"the point of {name}")
         if why:
-            raise TypeError(f"{why}: a parameterised layer cannot step without its parameters "
+            raise SpaceMismatch(f"{why}: a parameterised layer cannot step without its parameters "
                             "(only parameterless R^0 slots take None)")
 
 

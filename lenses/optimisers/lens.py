@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from categories import Smooth, Space
+from categories import Covector, Smooth, Space, Vector
+from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 from categories.spaces import euclidean
 
@@ -47,19 +48,19 @@ def _shape_of(p):
 def _check_parts(parts) -> tuple:
     parts = tuple(parts)
     if not parts:
-        raise TypeError("an optimiser needs at least its first part, sharp(metric)")
+        raise KindError("an optimiser needs at least its first part, sharp(metric)")
     for i, part in enumerate(parts):
         if not is_part(part):
-            raise TypeError(f"part {i} ({part!r}) is not a part of an optimiser: a part has "
+            raise KindError(f"part {i} ({part!r}) is not a part of an optimiser: a part has "
                             "init(params) -> state and update(updates, state, params) -> "
                             "(updates, state), as every optax.GradientTransformation does")
     if not isinstance(parts[0], Sharp):
-        raise TypeError(f"the first part must be sharp(metric), got {parts[0]!r}: the covector p' "
+        raise KindError(f"the first part must be sharp(metric), got {parts[0]!r}: the covector p' "
                         "is not a vector, the inner product turns it into one "
                         "(sharp() for the Euclidean one)")
     for i, part in enumerate(parts[1:], 1):
         if isinstance(part, Sharp):
-            raise TypeError(f"part {i} is {part!r}, but only the first part sharpens: after it "
+            raise KindError(f"part {i} is {part!r}, but only the first part sharpens: after it "
                             "the parts act on vectors")
     return parts
 
@@ -81,11 +82,11 @@ class Optimiser:
                  on_domain_error: str = "raise", max_halvings: int = 30,
                  name: str | None = None):
         if on_domain_error not in ("raise", "backtrack"):
-            raise ValueError(f"on_domain_error must be 'raise' or 'backtrack', got {on_domain_error!r}")
+            raise HyperparameterError(f"on_domain_error must be 'raise' or 'backtrack', got {on_domain_error!r}")
         if isinstance(max_halvings, bool) or not isinstance(max_halvings, int) or max_halvings < 0:
-            raise ValueError(f"max_halvings must be an integer ≥ 0, got {max_halvings!r}")
+            raise HyperparameterError(f"max_halvings must be an integer ≥ 0, got {max_halvings!r}")
         if not (isinstance(lookahead, bool) or callable(lookahead)):
-            raise TypeError(f"lookahead must be True, False or a callable (s, p) -> point, "
+            raise KindError(f"lookahead must be True, False or a callable (s, p) -> point, "
                             f"got {lookahead!r}")
         self.parts = _check_parts(parts)
         self.metric = self.parts[0].metric
@@ -109,7 +110,7 @@ class Optimiser:
         kept = self._kept(shapes)
         given = [] if not kept else [s] if len(kept) == 1 else list(s)
         if len(given) != len(kept):
-            raise TypeError(f"the state of {self!r} should hold {len(kept)} part states, got "
+            raise KindError(f"the state of {self!r} should hold {len(kept)} part states, got "
                             f"a {type(s).__name__} of {len(given)}")
         states = dict(zip(kept, given))
         return [states[i] if i in states else
@@ -165,10 +166,14 @@ class Optimiser:
         return s_new, p_new, inside
 
     def step(self, s, p, p_cov, ctx=None, space: Space | None = None):
-        """The backward part: (s, p, p') ↦ (s', p''). With concrete values, faults raise."""
+        """The backward part: (s, p, p') ↦ (s', p''). With concrete values, faults raise.
+
+        p' must be a `Covector` whose leaves are shaped like p's (a `Vector` or a raw array is
+        refused, `CovectorError`, naming the slot); the checks are static (shapes)."""
         space = space if space is not None else getattr(p_cov, "space", None)
         if space is not None:
             check_params(space, p)
+        check_covector(p, p_cov, space)
         s_new, p_new, inside = self.propose(s, p, p_cov, ctx, space)
         if _is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at
             cov_ok, new_ok = finite_flags(unwrap(p_cov), space), finite_flags(p_new, space)
@@ -189,6 +194,39 @@ class Optimiser:
         look = "" if self._look is False else f", lookahead={self._look!r}"
         name = "" if self.name == "chain" else f", name={self.name!r}"
         return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
+
+
+def check_covector(p, p_cov, space: Space | None = None) -> None:
+    """Refuse (`CovectorError`) anything but a `Covector` whose value has the structure and
+    leaf shapes of the point p, naming the first slot that differs."""
+    if isinstance(p_cov, Vector):
+        raise CovectorError("the optimiser steps on a covector p', got a Vector: a vector is not "
+                            "a covector (the sharp map is the optimiser's first part; pass the "
+                            "covector the backward pass gave)")
+    if not isinstance(p_cov, Covector):
+        raise CovectorError(f"the optimiser steps on a Covector (from the backward pass), got "
+                            f"{type(p_cov).__name__}: wrap a raw value as Covector(value, space) "
+                            "only if it is the differential of a loss")
+    if p_cov.space is not None and space is not None and p_cov.space != space:
+        raise CovectorError(f"the covector lives on {p_cov.space!r}, but the parameter object "
+                            f"is {space!r}")
+    cov = p_cov.value
+    pt, ct = jax.tree_util.tree_structure(p), jax.tree_util.tree_structure(cov)
+    slots = (list(zip(p, cov)) if isinstance(p, tuple) and isinstance(cov, tuple)
+             and len(p) == len(cov) and len(p) > 1 else [(p, cov)])
+    for i, (q, c) in enumerate(slots):
+        qs, cs = jax.tree_util.tree_structure(q), jax.tree_util.tree_structure(c)
+        where = f"slot {i}" if len(slots) > 1 else "the parameters"
+        if qs != cs:
+            raise CovectorError(f"the covector on {where} does not have the structure of the "
+                                f"point: expected {qs}, got {cs}")
+        for a, b in zip(jax.tree_util.tree_leaves(q), jax.tree_util.tree_leaves(c)):
+            if jnp.shape(a) != jnp.shape(b):
+                raise CovectorError(f"the covector on {where} has a leaf of shape "
+                                    f"{tuple(jnp.shape(b))} where the point has "
+                                    f"{tuple(jnp.shape(a))}")
+    if pt != ct:  # pragma: no cover - caught slot by slot above
+        raise CovectorError(f"the covector does not have the structure of the point: {ct} vs {pt}")
 
 
 def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "raise",
@@ -212,7 +250,7 @@ class Update(Optimiser):
                  max_halvings: int = 30):
         first = sharp(metric)  # the metric is checked first: update(metric, lr) names it first
         if callable(lr):
-            raise TypeError("gd and update take a fixed learning rate (u has no state); for a "
+            raise KindError("gd and update take a fixed learning rate (u has no state); for a "
                             "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
         check_learning_rate(lr)
         self.lr = lr
@@ -220,7 +258,8 @@ class Update(Optimiser):
                          max_halvings, "gd")
 
     def __call__(self, p, p_cov, ctx=None, space: Space | None = None):
-        """u(p) for the covector p' taken at p: the new point."""
+        """u(p) for the covector p' taken at p (a `Covector` shaped like p; a `Vector` or a
+        raw array is refused, `CovectorError`): the new point."""
         return self.step(EmptyState(), p, p_cov, ctx, space)[1]
 
     def reparameterise(self, model, p, p_cov, ctx=None):
@@ -238,4 +277,4 @@ class Update(Optimiser):
         return f"gd(lr={self.lr!r}, metric={self.metric!r})"
 
 
-__all__ = ["Optimiser", "chain", "Update"]
+__all__ = ["Optimiser", "chain", "Update", "check_covector"]

@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from categories import Covector
+from categories import Covector, Vector
+from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 
 from ..metrics import Euclidean, Metric
@@ -96,11 +97,11 @@ def _number(x, name: str, what: str) -> float | None:
     if isinstance(x, jax.core.Tracer):
         return None
     if isinstance(x, (bool, str, bytes)):
-        raise ValueError(f"{name} must be {what}, got {x!r}")
+        raise HyperparameterError(f"{name} must be {what}, got {x!r}")
     try:
         return float(x)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {what}, got {x!r}") from None
+        raise HyperparameterError(f"{name} must be {what}, got {x!r}") from None
 
 
 def check_learning_rate(lr, name: str = "lr"):
@@ -109,7 +110,7 @@ def check_learning_rate(lr, name: str = "lr"):
         return lr
     x = _number(lr, name, "a finite number > 0 (or a schedule)")
     if x is not None and not (math.isfinite(x) and x > 0):
-        raise ValueError(f"the learning rate {name} must be finite and > 0, got {lr!r}")
+        raise HyperparameterError(f"the learning rate {name} must be finite and > 0, got {lr!r}")
     return lr
 
 
@@ -117,7 +118,7 @@ def check_decay(beta, name: str):
     """A decay rate (momentum β, Adam's b1, b2) lies in [0, 1)."""
     x = _number(beta, name, "a number in [0, 1)")
     if x is not None and not 0 <= x < 1:
-        raise ValueError(f"{name} must be in [0, 1), got {beta!r}")
+        raise HyperparameterError(f"{name} must be in [0, 1), got {beta!r}")
     return beta
 
 
@@ -125,7 +126,7 @@ def check_positive(eps, name: str):
     """A finite number > 0 (eps)."""
     x = _number(eps, name, "a finite number > 0")
     if x is not None and not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {eps!r}")
+        raise HyperparameterError(f"{name} must be finite and > 0, got {eps!r}")
     return eps
 
 
@@ -133,7 +134,7 @@ def check_non_negative(a, name: str):
     """A finite number ≥ 0 (Adagrad's initial accumulator value)."""
     x = _number(a, name, "a finite number ≥ 0")
     if x is not None and not (math.isfinite(x) and x >= 0):
-        raise ValueError(f"{name} must be finite and ≥ 0, got {a!r}")
+        raise HyperparameterError(f"{name} must be finite and ≥ 0, got {a!r}")
     return a
 
 
@@ -150,9 +151,12 @@ class Sharp(Part):
     def __new__(cls, metric: Metric | None = None):
         metric = metric if metric is not None else Euclidean()
         if not callable(getattr(metric, "sharp", None)):
-            raise TypeError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
+            raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
 
         def update(updates, state, params=None, ctx=None, **extra):
+            if isinstance(updates, Vector):
+                raise CovectorError("the sharp part takes the covector p', got a Vector: it is "
+                                    "already a vector")
             cov = updates if isinstance(updates, Covector) else Covector(updates)
             return unwrap(metric.sharp(params, cov, ctx)), state
 

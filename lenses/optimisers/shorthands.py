@@ -13,6 +13,8 @@ fault policy (see `faults`).
 
 from __future__ import annotations
 
+from categories.errors import KindError
+
 from .lens import Optimiser, Update, chain
 from .parts import (check_learning_rate, is_part, scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                     scale_by_momentum, sharp)
@@ -79,7 +81,7 @@ def from_optax(tx, metric=None, *, lookahead=False, on_domain_error: str = "rais
     momentum=β), lookahead=True) is Nesterov's method.
     """
     if not is_part(tx):
-        raise TypeError(f"from_optax needs an optax.GradientTransformation (callable init and "
+        raise KindError(f"from_optax needs an optax.GradientTransformation (callable init and "
                         f"update), got {tx!r}")
     return chain(sharp(metric), tx, lookahead=lookahead, on_domain_error=on_domain_error,
                  max_halvings=max_halvings, name="from_optax")

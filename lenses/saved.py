@@ -1,0 +1,312 @@
+"""Saved work: a training state written to a portable file that runs no code when read.
+
+`save(path, state, model, opt, key)` writes the parameters, the optimiser state, the step
+count, the fault record and the RNG key, together with the model's lens expression and its
+parameter object slot by slot, to one **safetensors** file: a JSON header and raw
+little-endian array bytes, read without unpickling anything (safetensors was made to replace
+pickle for exactly this). The header's metadata carries a SHA-256 checksum of the metadata
+and of every array's name, dtype, shape and bytes. The file is written atomically: to a
+temporary file in the same directory, flushed and fsync'ed, then renamed over `path` (and
+the directory fsync'ed), so a reader sees the old file or the new one, never half of one.
+
+`load(path, model, opt)` checks the file before returning anything: it refuses a file that
+is truncated, damaged (checksum) or not a paralens file (`CheckpointError`), and one saved
+for another model or optimiser (`CheckpointMismatch`, naming the first slot that differs,
+expected against saved). The optimiser state is a pytree (NamedTuples, tuples, optax
+states): `load` rebuilds its structure from `opt.init(params)` for the optimiser given and
+fills its leaves, checking that paths, shapes and dtypes agree.
+
+`fit(..., checkpoint_every=N, checkpoint_path=...)` uses these files to continue a run
+exactly (`lenses.fitting`): the file also holds the run's progress (its history, the losses
+of the epoch in progress, its planned end), under the metadata's "fit" entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from categories.errors import (CheckpointError, CheckpointMismatch, KindError, ParalensError,
+                               SpaceMismatch)
+
+from .learner import TrainState, TrainStep
+from .optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
+from .para_lens import _leaf_shapes, _tree_mismatch, need_lens
+
+FORMAT = "paralens-state"
+VERSION = 1
+_META, _SUM = "paralens", "paralens.sha256"
+
+
+class Saved(NamedTuple):
+    """What `load` returns: the `TrainState`, the RNG key saved with it (None if none was),
+    and `info`, the file's description (model expression, parameter object, optimiser, and,
+    for a checkpoint written by `fit`, the run's progress under "fit")."""
+
+    state: TrainState
+    key: Any
+    info: dict
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def _paths(tree) -> list:
+    """(path string, leaf) for every leaf of the pytree, in flattening order."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
+
+
+def _slot_of(path: str, names: list) -> str:
+    """The slot name a params path starts in ("[2][0]" ↦ names[2])."""
+    if len(names) > 1 and path.startswith("["):
+        i = int(path[1:path.index("]")])
+        return names[i] if i < len(names) else f"slot {i}"
+    return names[0]
+
+
+def _fixed(model):
+    need_lens(model, "save/load")
+    return model.fixed("save/load")
+
+
+def _as_optimiser(opt):
+    if opt is None or isinstance(opt, Optimiser):
+        return opt
+    if isinstance(opt, TrainStep):
+        return opt.opt
+    if isinstance(opt, optax.GradientTransformation):
+        return from_optax(opt)
+    raise KindError(f"load needs the optimiser the state was trained with (an Optimiser, an "
+                    f"optax transformation or a TrainStep), got {type(opt).__name__} {opt!r}")
+
+
+def _is_typed_key(key) -> bool:
+    return jnp.issubdtype(getattr(key, "dtype", np.float32), jax.dtypes.prng_key)
+
+
+def _digest(meta_json: str, tensors: dict) -> str:
+    h = hashlib.sha256(meta_json.encode())
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write `data` to `path` atomically: a temporary file in the same directory, flushed and
+    fsync'ed, renamed over `path`; the directory is fsync'ed so the rename survives a crash."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".paralens-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory handles
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+# -- save ----------------------------------------------------------------------------------------
+
+def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None = None,
+         extra_arrays: dict | None = None) -> str:
+    """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
+    safetensors file `path`, atomically, with the model's expression and parameter object
+    and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
+    `extra_arrays` are what `fit` records of a run's progress."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
+            not isinstance(os.fspath(path), str):
+        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
+    if not isinstance(state, TrainState):
+        raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
+                        f"{type(state).__name__}: wrap parameters with step.init(params)")
+    model = _fixed(model)
+    names = slot_names(model)
+    check_params(model.param, state.params, names)
+    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
+    if why:
+        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
+                            f"{model.param!r}): {why}")
+    from safetensors.numpy import save as st_save
+
+    tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
+    for prefix, leaves in (("params", params), ("opt_state", opt_state)):
+        for p, leaf in leaves:
+            tensors[f"{prefix}{p}"] = np.asarray(leaf)
+    tensors["count"] = np.asarray(state.count)
+    tensors["fault"] = np.asarray(state.fault)
+    typed = key is not None and _is_typed_key(key)
+    if key is not None:
+        tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
+    for name, a in (extra_arrays or {}).items():
+        tensors[f"extra.{name}"] = np.asarray(a)
+    meta = {
+        "format": FORMAT, "version": VERSION,
+        "model": model.term(), "param_space": repr(model.param),
+        "slots": [[n, repr(s)] for n, s in zip(names, _slot_spaces(model))],
+        "params": [p for p, _ in params], "opt_state": [p for p, _ in opt_state],
+        "opt_state_tree": str(jax.tree_util.tree_structure(state.opt_state)),
+        "optimiser": repr(opt) if opt is not None else None,
+        "key": None if key is None else ("typed:" + str(jax.random.key_impl(key)) if typed
+                                         else "raw"),
+        "extra": sorted(extra_arrays or {}),
+        "fit": fit,
+    }
+    meta_json = json.dumps(meta, sort_keys=True)
+    data = st_save(tensors, metadata={_META: meta_json, _SUM: _digest(meta_json, tensors)})
+    try:
+        _atomic_write(os.fspath(path), data)
+    except OSError as e:
+        raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
+    return os.fspath(path)
+
+
+def _slot_spaces(model) -> list:
+    P, names = model.param, slot_names(model)
+    from categories import Product
+    return list(P.factors) if isinstance(P, Product) and len(names) > 1 else [P]
+
+
+# -- load ----------------------------------------------------------------------------------------
+
+def _read(path) -> tuple[dict, dict]:
+    """(metadata, tensors) of an intact paralens file, else `CheckpointError`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise KindError(f"load needs a file path, got {type(path).__name__} {path!r}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CheckpointError(f"cannot read the saved file {os.fspath(path)!r}: {e}") from None
+    from safetensors.numpy import load as st_load
+
+    try:
+        tensors = st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + header_len])
+        metadata = header.get("__metadata__") or {}
+    except Exception as e:  # noqa: BLE001 - safetensors' own errors (truncation, bad header)
+        raise CheckpointError(f"{os.fspath(path)!r} is not a readable safetensors file "
+                              f"(truncated or damaged): {e}") from None
+    meta_json, digest = metadata.get(_META), metadata.get(_SUM)
+    if meta_json is None or digest is None:
+        raise CheckpointError(f"{os.fspath(path)!r} is a safetensors file but not one paralens "
+                              "saved (no paralens metadata)")
+    if _digest(meta_json, tensors) != digest:
+        raise CheckpointError(f"{os.fspath(path)!r} is damaged: the checksum of its arrays and "
+                              "metadata does not match the one saved with them")
+    try:
+        meta = json.loads(meta_json)
+    except ValueError:  # pragma: no cover - the checksum covers the metadata
+        raise CheckpointError(f"{os.fspath(path)!r} has unreadable metadata") from None
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise CheckpointError(f"{os.fspath(path)!r} is format {meta.get('format')!r} version "
+                              f"{meta.get('version')!r}, not {FORMAT!r} version {VERSION}")
+    return meta, tensors
+
+
+def _fill(template, prefix: str, saved_paths: list, tensors: dict, where: str, path,
+          slot_name) -> Any:
+    """The template pytree with its leaves replaced by the saved arrays, after checking that
+    the saved leaves are exactly the template's (paths, shapes, dtypes)."""
+    want = _paths(template)
+    for i, (p, leaf) in enumerate(want):
+        if i >= len(saved_paths) or saved_paths[i] != p:
+            got = saved_paths[i] if i < len(saved_paths) else "nothing"
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: at "
+                                     f"{slot_name(p)} the expected entry {prefix}{p} is "
+                                     f"{prefix}{got} in the file")
+        a = tensors[f"{prefix}{p}"]
+        shape, dtype = tuple(np.shape(leaf)), np.dtype(jnp.result_type(leaf))
+        if tuple(a.shape) != shape:
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: "
+                                     f"{slot_name(p)} ({prefix}{p}) has shape {shape}, the "
+                                     f"file holds {tuple(a.shape)}")
+        if prefix == "opt_state" and a.dtype != dtype:
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: "
+                                     f"{prefix}{p} has dtype {dtype}, the file holds {a.dtype}")
+    if len(saved_paths) != len(want):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: it holds "
+                                 f"{len(saved_paths)} {prefix} arrays, {len(want)} expected")
+    leaves = [jnp.asarray(tensors[f"{prefix}{p}"]) for p, _ in want]
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
+
+
+def load(path, model, opt=None) -> Saved:
+    """The state saved in `path` for `model` (and the optimiser `opt`, which rebuilds the
+    optimiser state's structure; None only for a stateless optimiser), as a `Saved`.
+
+    Refuses, before returning anything: an unreadable, truncated or damaged file
+    (`CheckpointError`), a file saved for another model or optimiser (`CheckpointMismatch`,
+    naming the first slot that differs), a saved point outside the parameter object."""
+    model = _fixed(model)
+    opt = _as_optimiser(opt)
+    meta, tensors = _read(path)
+    names, spaces = slot_names(model), _slot_spaces(model)
+    saved_slots = meta.get("slots") or []
+    for i, (name, space) in enumerate(zip(names, spaces)):
+        if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
+            got = repr(saved_slots[i][1]) if i < len(saved_slots) else "no such slot"
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r}, "
+                                     f"not {model.term()!r}: {name} has parameter object "
+                                     f"{space!r}, the file's slot {i} is {got}")
+    if len(saved_slots) != len(names):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
+                                 f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
+    params = _fill(model.param.zeros(), "params", meta["params"], tensors, "model", path,
+                   lambda p: _slot_of(p, names))
+    try:
+        model.param.check(params, f"the saved parameters in {os.fspath(path)!r}")
+    except ParalensError as e:
+        raise CheckpointError(str(e)) from None
+    if opt is None:
+        if meta["opt_state"]:
+            raise CheckpointMismatch(f"{os.fspath(path)!r} holds the state of the optimiser "
+                                     f"{meta.get('optimiser')}: pass that optimiser to load")
+        opt_template = EmptyState()  # the state of a stateless optimiser (gd, update)
+    else:
+        opt_template = opt.init(params)
+    if str(jax.tree_util.tree_structure(opt_template)) != meta["opt_state_tree"]:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} holds the state of the optimiser "
+                                 f"{meta.get('optimiser')}, whose structure "
+                                 f"{meta['opt_state_tree']} is not that of {opt!r}: "
+                                 f"{jax.tree_util.tree_structure(opt_template)}")
+    opt_state = _fill(opt_template, "opt_state", meta["opt_state"], tensors, "optimiser", path,
+                      lambda p: f"the optimiser state entry {p}")
+    count, fault = tensors.get("count"), tensors.get("fault")
+    if count is None or fault is None or count.shape != () or fault.shape != (3,):
+        raise CheckpointError(f"{os.fspath(path)!r} lacks a step count or fault record")
+    key = None
+    if meta["key"] is not None:
+        raw = tensors.get("key")
+        if raw is None:
+            raise CheckpointError(f"{os.fspath(path)!r} lacks its RNG key")
+        key = (jax.random.wrap_key_data(raw, impl=meta["key"][len("typed:"):])
+               if meta["key"].startswith("typed:") else jnp.asarray(raw))
+    state = TrainState(params, opt_state, jnp.asarray(count), jnp.asarray(fault))
+    info = dict(meta)
+    info["extra"] = {name: tensors[f"extra.{name}"] for name in meta.get("extra", [])}
+    return Saved(state, key, info)
+
+
+__all__ = ["save", "load", "Saved"]
