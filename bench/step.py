@@ -235,8 +235,9 @@ def worker(cfg):
         box["jax"], v = jx(box["jax"], Xj, Yj)
         v.block_until_ready()
 
-    def run_train_step():
-        box["train_step"], _ = ts(box["train_step"], Xj, Yj)
+    def run_train_step():  # the step is asynchronous now: wait for it, as for the others
+        box["train_step"], report = ts(box["train_step"], Xj, Yj)
+        report.check()
 
     def run_torch():
         tstep(Xt, Yt)

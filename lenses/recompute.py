@@ -10,15 +10,15 @@ gives memory ∝ √n for n components).
 from __future__ import annotations
 
 import math
-import operator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from categories.spaces import dimension
+
 from . import picture
-from categories.errors import DimensionError
 
 from .para_lens import Chain, ParaLens, need_lens, sequence_vjp
 
@@ -82,13 +82,7 @@ def _segments(n: int, segments) -> int:
         return 1
     if segments == "sqrt":
         return max(1, round(math.sqrt(n)))
-    try:
-        k = operator.index(segments) if not isinstance(segments, bool) else 0  # numpy ints too
-    except TypeError:
-        k = 0
-    if k < 1:
-        raise DimensionError(f"segments must be a positive integer or 'sqrt', got {segments!r}")
-    return min(k, n)
+    return min(dimension(segments, "segments (a positive integer or 'sqrt')", 1), n)
 
 
 class Checkpointed(ParaLens):

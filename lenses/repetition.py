@@ -18,7 +18,6 @@ recompute rule per copy: memory of n inputs, one more forward evaluation).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import jax
@@ -26,9 +25,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from categories import Positive, Product, R, Space
+from categories.errors import SpaceMismatch
+from categories.spaces import dimension
 
 from . import picture
-from categories.errors import DimensionError, SpaceMismatch
 
 from .para_lens import ParaLens, need_lens
 
@@ -181,13 +181,7 @@ def repeat(layer, n: int, remat: bool = False):
     """n copies of the endomorphism `layer` in sequence, each with its own parameters, as one
     lens with stacked parameters, compiled as a scan (program size independent of n)."""
     need_lens(layer, "repeat")
-    try:
-        count = operator.index(n) if not isinstance(n, bool) else 0  # numpy integers too
-    except TypeError:
-        count = 0
-    if count < 1:
-        raise DimensionError(f"repeat needs a positive integer number of copies, got {n!r}")
-    n = count
+    n = dimension(n, "repeat's number of copies (a positive integer)", 1)
     return layer.lift(lambda member: Repeat(member, n, remat),
                       name=f"repeat({layer.name}, {n}{', remat' if remat else ''})")
 
