@@ -37,12 +37,14 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from categories import Covector, DomainError, Product
+from categories.spaces import euclidean
 from categories.errors import (HyperparameterError, KindError, ParalensError, ShapeError,
                                SpaceMismatch, TargetError)
 
 from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import NonFiniteError, Optimiser, check_params, finite_flags, from_optax, slot_names
+from .optimisers.lens import apply_move
 from .para_lens import batched, check_batch, need_lens
 
 tree_map = jax.tree_util.tree_map
@@ -195,38 +197,59 @@ class TrainStep:
             loss, cov = self._sharded_covectors(p_eval, X, Y)
         # Phase two: nothing has moved until every covector is known.
         ctx = Context(self.model, self.loss_family, X, Y, self.reduction)
-        s_new, p_new, inside = opt.propose(state.opt_state, state.params,
-                                           Covector(cov, space), ctx, space)
-        # The fast path is one reduction: max(|p'|, 0·p'') is max |p'| (the report's slope)
-        # when every coordinate of the covector and of the new point is finite, and NaN or
-        # infinity otherwise; the targets join it when the family can check them. Which kind
-        # of fault and which slot is worked out only when that fails (the rare branch).
-        pieces = [jnp.ravel(jnp.abs(a)) for a in jax.tree_util.tree_leaves(cov)]
-        pieces += [jnp.ravel(a) * 0 for a in jax.tree_util.tree_leaves(p_new)]
-        if targets_ok is not None:
-            pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(pieces[0].dtype if pieces else float))
-        health = jnp.max(jnp.concatenate(pieces)) if pieces else jnp.asarray(0.0)
+        p, cov_leaves = state.params, jax.tree_util.tree_leaves(cov)
         clean = state.fault[0] == 0
-        ok = jnp.logical_and(clean, jnp.logical_and(jnp.isfinite(health), inside))
+        # The slope max |p'| is reported, and is finite exactly when the covector is; a bad
+        # target joins it as a NaN where the family can check targets on the device.
+        pieces = [jnp.ravel(jnp.abs(a)) for a in cov_leaves]
+        if targets_ok is not None:
+            pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(
+                pieces[0].dtype if pieces else jnp.result_type(float)))
+        slope = jnp.max(jnp.concatenate(pieces)) if pieces else jnp.asarray(0.0)
+        if euclidean(space):
+            # No open set to leave: the move v decides. p + v is finite when p and v are and
+            # |p|, |v| ≤ max/2, so the fast path reduces over p and v and never waits for the
+            # new point, which is computed once, in the update that keeps or drops it; only
+            # past that bound (or on a fault) is the new point itself looked at.
+            s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx)
+            leaves = jax.tree_util.tree_leaves((p, v))
+            size = jnp.max(jnp.concatenate([jnp.ravel(jnp.abs(a)) for a in leaves])) \
+                if leaves else jnp.asarray(0.0)
+            big = jnp.finfo(size.dtype).max / 2
+            fast = jnp.isfinite(slope) & (size <= big)
+            new_point = lambda: apply_move(p, v)  # noqa: E731
+            inside = jnp.asarray(True)
+        else:  # an open set: the optimiser's own verdict, after backtracking if asked for
+            s_new, p_new, inside = opt.propose(state.opt_state, p, Covector(cov, space), ctx, space)
+            new_leaves = jax.tree_util.tree_leaves(p_new)
+            health = jnp.max(jnp.concatenate([jnp.ravel(a) * 0 for a in new_leaves])) \
+                if new_leaves else jnp.asarray(0.0)
+            fast = jnp.isfinite(slope) & jnp.isfinite(health) & inside
+            new_point = lambda: p_new  # noqa: E731
 
-        def diagnose(_):
+        def diagnose(_):  # the rare branch: the new point itself, and which fault, which slot
+            p_new = new_point()
             cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
             in_ok = _inside_flags(space, p_new, inside)
             t_ok = jnp.ones((1,), bool) if targets_ok is None else targets_ok
             kinds = jnp.stack([jnp.all(cov_ok), jnp.all(new_ok), jnp.all(in_ok), jnp.all(t_ok)])
             kinds = kinds.at[:3].set(kinds[:3] | ~kinds[3])  # a bad target is the fault to name
+            good = jnp.logical_and(clean, jnp.all(kinds))
             kind = (1 + jnp.argmin(kinds)).astype(jnp.int32)
             slot = jnp.stack([jnp.argmin(cov_ok), jnp.argmin(new_ok), jnp.argmin(in_ok),
                               jnp.argmin(t_ok)])[kind - 1].astype(jnp.int32)
-            return jnp.where(clean, jnp.stack([kind, (state.count + 1).astype(jnp.int32), slot]),
-                             jnp.asarray(state.fault, jnp.int32))
+            record = jnp.stack([kind, (state.count + 1).astype(jnp.int32), slot])
+            fault = jnp.where(clean & ~good, record, jnp.asarray(state.fault, jnp.int32))
+            return good, fault
 
-        fault = lax.cond(ok, lambda _: jnp.asarray(state.fault, jnp.int32), diagnose, None)
+        ok, fault = lax.cond(jnp.logical_and(clean, fast),
+                             lambda _: (jnp.asarray(True), jnp.asarray(state.fault, jnp.int32)),
+                             diagnose, None)
         # The old state or the new, selected on the device: a refused step changes nothing.
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
-                                     (p_new, s_new), (state.params, state.opt_state))
+                                     (new_point(), s_new), (p, state.opt_state))
         count = state.count + ok.astype(state.count.dtype)
-        slope = health if jax.tree_util.tree_leaves(cov) else None
+        slope = slope if cov_leaves else None
         return TrainState(params, opt_state, count, fault), (loss, slope)
 
     def _build(self):

@@ -36,7 +36,7 @@ from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_lea
 tree_map = jax.tree_util.tree_map
 
 
-def _apply(p, v):
+def apply_move(p, v):
     """p + v, leaf by leaf, in p's dtype (None stays None): optax's `apply_updates`."""
     return tree_map(lambda a, d: jnp.asarray(a + d).astype(jnp.asarray(a).dtype), p, v)
 
@@ -133,7 +133,7 @@ class Optimiser:
         v = tree_map(jnp.zeros_like, p)  # the sharp part, linear, sends 0 to 0
         for part, st in zip(self.parts[1:], states[1:]):
             v, _ = part.update(v, st, p)
-        return _apply(p, v)
+        return apply_move(p, v)
 
     get = lookahead
 
@@ -153,11 +153,15 @@ class Optimiser:
             new.append(st)
         return self._pack([new[i] for i in self._kept(new)]), v
 
+    def move(self, s, p, p_cov, ctx=None):
+        """Traceable: (s', v), the new state and the move v the point takes, p'' = p + v."""
+        return self._run(s, p, p_cov, ctx)
+
     def propose(self, s, p, p_cov, ctx=None, space: Space | None = None):
         """Traceable step: (s', p'', inside) with inside a boolean (True where nothing is known)."""
         space = space if space is not None else getattr(p_cov, "space", None)
         s_new, v = self._run(s, p, p_cov, ctx)
-        p_new = _apply(p, v)
+        p_new = apply_move(p, v)
         if space is None or euclidean(space):
             return s_new, p_new, jnp.asarray(True)
         inside = space.indicator(p_new)
