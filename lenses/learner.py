@@ -187,7 +187,7 @@ class TrainStep:
         self._validate(state, X, Y)
         targets_ok = self.loss_family.targets_ok(Y)
         opt, space = self.opt, self.model.param
-        p_eval = opt.lookahead(state.opt_state, state.params)
+        p_eval = opt.lookahead(state.opt_state, state.params, space)
         if self.mesh is None:
             loss, cov = self._covectors(p_eval, X, Y, self.reduction)
         else:
