@@ -83,6 +83,52 @@ def test_conv_digits_example():
     assert float(re.search(r"held-out accuracy: ([0-9.]+)", out).group(1)) > 0.3
 
 
+@slow
+def test_xor_example(tmp_path):
+    out = run_script("xor.py", "--steps", "600", "--out", str(tmp_path))
+    assert "┤ dense(2→2) ├" in out and "┤ tanh ├" in out  # its string diagram
+    affine = float(re.search(r"affine dense\(2,1\) +final loss ([0-9.]+)", out).group(1))
+    net = float(re.search(r"dense\(2,1\) final loss ([0-9.]+)", out).group(1))
+    assert abs(affine - 0.125) < 1e-3  # the least-squares affine fit of XOR: the constant 1/2
+    assert net < 1e-3
+    preds = re.findall(r"xor\((\d), (\d)\) = (\d) +network ([-+0-9.]+)", out)
+    assert len(preds) == 4 and all(abs(float(o) - (int(a) ^ int(b))) < 0.1 for a, b, _, o in preds)
+    assert (tmp_path / "xor.png").stat().st_size > 0 and (tmp_path / "xor_diagram.png").exists()
+
+
+@slow
+def test_tied_autoencoder_example(tmp_path):
+    out = run_script("tied_autoencoder.py", "--hidden", "8", "--epochs", "3", "--out", str(tmp_path))
+    assert "untied parameters 1024, tied parameters 512" in out
+    gap, scale = map(float, re.search(r"differ by at most ([0-9.e+-]+) \(entries up to ([0-9.e+-]+)\)",
+                                      out).groups())
+    assert gap <= 1e-6 * scale  # the tied covector is the sum of the two uses
+    alone = [float(v) for v in re.findall(r"‖W' − [^‖]+‖∞ = ([0-9.e+-]+)", out)]
+    assert len(alone) == 2 and min(alone) > 1e-3 * scale  # and neither use alone
+    losses = epoch_losses(out)
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert (tmp_path / "tied_autoencoder.png").exists()
+
+
+@slow
+def test_residual_example(tmp_path):
+    out = run_script("residual.py", "--depths", "1", "4", "16", "--seeds", "1", "--out", str(tmp_path))
+    rows = {int(d): (float(a), float(b)) for d, a, b in
+            re.findall(r"^ +(\d+) +([0-9.e+-]+) +([0-9.e+-]+)$", out, re.M)}
+    assert set(rows) == {1, 4, 16} and rows[1] == (1.0, 1.0)
+    assert rows[16][0] < 1e-6  # the plain chain: geometric decay (σ' ≤ 1/4 per layer)
+    assert rows[16][1] > 1e-2  # the identity path carries the covector back
+    assert (tmp_path / "residual.png").exists()
+
+
+@slow
+def test_dream_example(tmp_path):
+    out = run_script("dream.py", "--epochs", "15", "--out", str(tmp_path))
+    m = re.search(r"the network calls it a (\d) \(P\(8\) = ([0-9.]+)\); every pixel in \(0, 1\): True", out)
+    assert m and m.group(1) == "8" and float(m.group(2)) >= 0.5
+    assert (tmp_path / "dream.png").exists()
+
+
 def test_notebooks_are_committed_as_generated_and_without_outputs():
     nbformat = pytest.importorskip("nbformat")
     sys.path.insert(0, str(EXAMPLES))
