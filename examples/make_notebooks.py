@@ -401,7 +401,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_iris
 
-from categories import Covector, R, Smooth
+from categories import R, Smooth
 from lenses import (Context, Euclidean, Fisher, GaussNewton, batch_loss, batched,
                     binary_cross_entropy, dL, dense, gd, ravel, tanh, train_step, unflatten_like)
 
@@ -994,6 +994,16 @@ def execute(nb, timeout: int = 600):
                                      resources={"metadata": {"path": str(HERE)}})
     client.execute()
     nb.metadata["language_info"] = {"name": "python"}  # not the kernel's version string
+    for cell in nb.cells:  # one stream per run of prints, however the kernel chunked them
+        merged = []
+        for out in cell.get("outputs", []):
+            if (out.output_type == "stream" and merged and merged[-1].output_type == "stream"
+                    and merged[-1].name == out.name):
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        if cell.cell_type == "code":
+            cell.outputs = merged
     return nb
 
 

@@ -26,8 +26,13 @@ spaces they do not know). The space is read from the covector's or vector's `.sp
 
 In exact arithmetic each move lies strictly inside its set. In floating point a long enough
 move reaches the last representable points (tanh and σ round to 1, exp under- and
-overflows); the moves clamp there to a margin of a few units in the last place, so that the
-result is still a finite point that the space's own `indicator` accepts.
+overflows): the ball's and the box's moves clamp a few units in the last place inside the
+wall, the positive one to exp(± log(max)/4) (≈ 1e±77 in float64, 1e±9.6 in float32, where
+p², 1/p² and the optimisers' sums of them stay finite), so that the result is always a finite
+point that the space's own `indicator` accepts (the optimiser still checks it).
+
+The other slots are Euclidean; a data-dependent metric (Gauss–Newton, KFAC) is not combined
+with these per slot.
 """
 
 from __future__ import annotations

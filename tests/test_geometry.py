@@ -14,8 +14,7 @@ from hypothesis import given, settings, strategies as st
 from categories import Covector, DomainError, OpenBall, OpenBox, Positive, Product, R, Vector
 from categories.linear import pairing
 from lenses import (BoxBarrier, InteriorMetric, LogBarrier, LossFamily, ParaLens, Poincare, adagrad,
-                    adam, chain, from_optax, gd, half_squared_error, momentum, nesterov, sharp,
-                    train_step)
+                    adam, from_optax, gd, half_squared_error, momentum, nesterov, sharp, train_step)
 
 jax.config.update("jax_enable_x64", True)
 
