@@ -323,3 +323,18 @@ def test_adam_with_the_interior_metric_trains_inside_the_set():
         state, report = step(state, X, Y)
     report.check()
     assert int(state.count) == 100 and bool(jnp.all(state.params > 0))
+
+
+def test_a_metric_without_retract_moves_the_point_in_a_straight_line():
+    """The optimisers use `metric.retract` where the metric has one, else p + v: a duck-typed
+    inner product (only `sharp`) and the base `Metric` both give the straight move."""
+    from categories.linear import unwrap
+    from lenses import Diagonal
+
+    class Halves:  # g(u, v) = 2 ⟨u, v⟩, given by its sharp alone
+        def sharp(self, p, cov, ctx=None):
+            return Vector(jax.tree_util.tree_map(lambda c: c / 2.0, unwrap(cov)))
+
+    p, c = jnp.asarray([1.0, -2.0]), jnp.asarray([0.5, 4.0])
+    np.testing.assert_array_equal(gd(0.1, metric=Halves())(p, Covector(c, R(2))), p - 0.1 * c / 2.0)
+    np.testing.assert_array_equal(Diagonal(3.0).retract(p, Vector(c)), p + c)
