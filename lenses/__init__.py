@@ -2,7 +2,7 @@
 
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
-`metrics`, `natural`), then optimisers (`optimisers`), then the learner (`learner`); beside
+`metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then the learner (`learner`); beside
 them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
 """
 
@@ -14,6 +14,7 @@ from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorErr
                      DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
                      SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .families import LensFamily, family
+from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
 from .fitting import epoch_order, fit
@@ -59,6 +60,7 @@ __all__ = [
     "CallableFamily", "sequence_cross_entropy", "SequenceCrossEntropy",
     "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
     "output_fisher", "ravel", "unflatten_like",
+    "SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric",
     # optimisers
     "Optimiser", "Update", "update", "gd", "momentum", "nesterov", "adagrad", "adam",
     "from_optax", "sharp_transform", "NonFiniteError", "chain", "sharp", "scale_by_momentum",

@@ -44,7 +44,6 @@ from categories.errors import (HyperparameterError, KindError, ParalensError, Sh
 from .losses import batch_loss, loss_family as as_loss_family
 from .metrics import Context
 from .optimisers import NonFiniteError, Optimiser, check_params, finite_flags, from_optax, slot_names
-from .optimisers.lens import apply_move
 from .para_lens import batched, check_batch, need_lens
 
 tree_map = jax.tree_util.tree_map
@@ -190,7 +189,7 @@ class TrainStep:
         self._validate(state, X, Y)
         targets_ok = self.loss_family.targets_ok(Y)
         opt, space = self.opt, self.model.param
-        p_eval = opt.lookahead(state.opt_state, state.params)
+        p_eval = opt.lookahead(state.opt_state, state.params, space)
         if self.mesh is None:
             loss, cov = self._covectors(p_eval, X, Y, self.reduction)
         else:
@@ -211,13 +210,13 @@ class TrainStep:
             # |p|, |v| ≤ max/2, so the fast path reduces over p and v and never waits for the
             # new point, which is computed once, in the update that keeps or drops it; only
             # past that bound (or on a fault) is the new point itself looked at.
-            s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx)
+            s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx, space)
             leaves = jax.tree_util.tree_leaves((p, v))
             size = jnp.max(jnp.concatenate([jnp.ravel(jnp.abs(a)) for a in leaves])) \
                 if leaves else jnp.asarray(0.0)
             big = jnp.finfo(size.dtype).max / 2
             fast = jnp.isfinite(slope) & (size <= big)
-            new_point = lambda: apply_move(p, v)  # noqa: E731
+            new_point = lambda: opt.retract(p, v, space)  # noqa: E731  (p + v here)
             inside = jnp.asarray(True)
         else:  # an open set: the optimiser's own verdict, after backtracking if asked for
             s_new, p_new, inside = opt.propose(state.opt_state, p, Covector(cov, space), ctx, space)

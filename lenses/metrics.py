@@ -5,7 +5,9 @@ unique vector representing it, (p')♯, with g_p((p')♯, v) = p'(v) for all v. 
 the inverse, v ↦ g_p(v, −). With the Euclidean inner product the choice is invisible
 (paper_notes/05-sharp-and-update.md).
 
-Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)` and `inner(p, u, v, ctx)`. `ctx` is a
+Every metric has `sharp(p, p', ctx)`, `flat(p, v, ctx)`, `inner(p, u, v, ctx)` and
+`retract(p, v, space)`, the point reached from p along v (p + v here; along the geometry of
+the open set for the metrics of `geometry.py`). `ctx` is a
 `Context` (model, loss family, batch) for metrics that depend on the data (`GaussNewton`,
 `Fisher`, `KFAC`, defined in `natural.py`, which builds on this module); the constant ones
 ignore it.
@@ -60,6 +62,13 @@ class Metric:
     def inner(self, p, u, v, ctx: Context | None = None):
         """g_p(u, v) = ⟨u♭, v⟩."""
         return pairing(unwrap(self.flat(p, u, ctx)), unwrap(v))
+
+    def retract(self, p, v, space: Space | None = None):
+        """The point reached from p along the vector v: p + v (the straight line of R^n).
+
+        Metrics that know their open set (`lenses.geometry`) follow their geometry instead
+        and stay inside it; the optimisers move the point only through this map."""
+        return translate(p, unwrap(v))
 
     def __repr__(self):
         return type(self).__name__ + "()"
@@ -154,6 +163,11 @@ class Constant(Metric):
         return Covector(self._map(unwrap(vec), lambda v: self.G @ v), _space_of(vec))
 
 
+def translate(p, v):
+    """p + v, leaf by leaf, in p's dtype (None stays None): optax's `apply_updates`."""
+    return tree_map(lambda a, d: jnp.asarray(a + d).astype(jnp.asarray(a).dtype), p, v)
+
+
 def ravel(x):
     """A pytree's leaves as one flat vector (empty for None)."""
     leaves = jax.tree_util.tree_leaves(x)
@@ -172,4 +186,4 @@ def unflatten_like(flat, like):
 
 
 __all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like",
-           "covector_value"]
+           "covector_value", "translate"]

@@ -1,7 +1,9 @@
 """The examples run: each script in a subprocess with small settings, each notebook under nbclient.
 
 Scripts must exit 0 and print their key lines; notebooks must execute without an error and
-be committed exactly as `examples/make_notebooks.py` writes them (no outputs).
+be committed as `examples/make_notebooks.py` writes them: the same sources, executed, with
+their outputs; the printed output of the cells it tags `stable` must be what a fresh
+execution prints (the other cells print timings and sweeps, which vary).
 """
 
 import os
@@ -14,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-NOTEBOOKS = ("backprop_by_hand.ipynb", "laws.ipynb", "inner_products.ipynb")
+NOTEBOOKS = ("backprop_by_hand.ipynb", "laws.ipynb", "inner_products.ipynb",
+             "reparameterisation.ipynb", "open_sets.ipynb")
 
 slow = pytest.mark.slow  # a few seconds to a minute each: JAX start-up and compilation
 
@@ -97,37 +100,110 @@ def test_conv_digits_example():
     assert float(re.search(r"held-out accuracy: ([0-9.]+)", out).group(1)) > 0.3
 
 
-def test_notebooks_are_committed_as_generated_and_without_outputs():
-    nbformat = pytest.importorskip("nbformat")
+@slow
+def test_xor_example(tmp_path):
+    out = run_script("xor.py", "--steps", "600", "--out", str(tmp_path))
+    assert "┤ dense(2→2) ├" in out and "┤ tanh ├" in out  # its string diagram
+    affine = float(re.search(r"affine dense\(2,1\) +final loss ([0-9.]+)", out).group(1))
+    net = float(re.search(r"dense\(2,1\) final loss ([0-9.]+)", out).group(1))
+    assert abs(affine - 0.125) < 1e-3  # the least-squares affine fit of XOR: the constant 1/2
+    assert net < 1e-3
+    preds = re.findall(r"xor\((\d), (\d)\) = (\d) +network ([-+0-9.]+)", out)
+    assert len(preds) == 4 and all(abs(float(o) - (int(a) ^ int(b))) < 0.1 for a, b, _, o in preds)
+    assert (tmp_path / "xor.png").stat().st_size > 0 and (tmp_path / "xor_diagram.png").exists()
+
+
+@slow
+def test_tied_autoencoder_example(tmp_path):
+    out = run_script("tied_autoencoder.py", "--hidden", "8", "--epochs", "3", "--out", str(tmp_path))
+    assert "untied parameters 1024, tied parameters 512" in out
+    gap, scale = map(float, re.search(r"differ by at most ([0-9.e+-]+) \(entries up to ([0-9.e+-]+)\)",
+                                      out).groups())
+    assert gap <= 1e-6 * scale  # the tied covector is the sum of the two uses
+    alone = [float(v) for v in re.findall(r"‖W' − [^‖]+‖∞ = ([0-9.e+-]+)", out)]
+    assert len(alone) == 2 and min(alone) > 1e-3 * scale  # and neither use alone
+    losses = epoch_losses(out)
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert (tmp_path / "tied_autoencoder.png").exists()
+
+
+@slow
+def test_residual_example(tmp_path):
+    out = run_script("residual.py", "--depths", "1", "4", "16", "--seeds", "1", "--out", str(tmp_path))
+    rows = {int(d): (float(a), float(b)) for d, a, b in
+            re.findall(r"^ +(\d+) +([0-9.e+-]+) +([0-9.e+-]+)$", out, re.M)}
+    assert set(rows) == {1, 4, 16} and rows[1] == (1.0, 1.0)
+    assert rows[16][0] < 1e-6  # the plain chain: geometric decay (σ' ≤ 1/4 per layer)
+    assert rows[16][1] > 1e-2  # the identity path carries the covector back
+    assert (tmp_path / "residual.png").exists()
+
+
+@slow
+def test_dream_example(tmp_path):
+    out = run_script("dream.py", "--epochs", "15", "--out", str(tmp_path))
+    m = re.search(r"the network calls it a (\d) \(P\(8\) = ([0-9.]+)\); every pixel in \(0, 1\): True", out)
+    assert m and m.group(1) == "8" and float(m.group(2)) >= 0.5
+    assert (tmp_path / "dream.png").exists()
+
+
+def _make_notebooks():
     sys.path.insert(0, str(EXAMPLES))
     try:
         import make_notebooks
     finally:
         sys.path.remove(str(EXAMPLES))
+    return make_notebooks
+
+
+def test_notebooks_are_committed_as_generated_with_their_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    make_notebooks = _make_notebooks()
     assert set(make_notebooks.NOTEBOOKS) == set(NOTEBOOKS)
     for name in NOTEBOOKS:
         committed = nbformat.read(EXAMPLES / name, as_version=4)
         generated = make_notebooks.build(name)
         assert [c.source for c in committed.cells] == [c.source for c in generated.cells], \
             f"{name} differs from make_notebooks.py: run python examples/make_notebooks.py"
+        assert [c.get("metadata", {}).get("tags") for c in committed.cells] == \
+            [c.get("metadata", {}).get("tags") for c in generated.cells], f"{name}: tags differ"
         for cell in committed.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, f"{name} has outputs"
+            if cell.cell_type != "code":
+                continue
+            assert cell.execution_count is not None, f"{name} is committed unexecuted"
+            assert not [o for o in cell.outputs if o.output_type == "error"], f"{name} has an error"
+            assert "execution" not in cell.metadata, f"{name} keeps timing metadata"
+            if "print(" in cell.source and "stable" in cell.metadata.get("tags", []):
+                assert make_notebooks.stable_text(cell), f"{name}: a stable cell without output"
+            if "plt.show()" in cell.source:
+                assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+                    f"{name}: a figure cell without its figure"
+
+
+def test_readme_figures_exist_and_are_small():
+    readme = (ROOT / "README.md").read_text()
+    figures = re.findall(r"\((examples/figures/[\w.]+\.png)\)", readme)
+    assert len(figures) >= 3
+    for path in figures:
+        size = (ROOT / path).stat().st_size
+        assert 0 < size < 200_000, f"{path}: {size} bytes"
 
 
 @slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name):
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(EXAMPLES / name, as_version=4)
+    pytest.importorskip("nbclient")
+    make_notebooks = _make_notebooks()
+    committed = nbformat.read(EXAMPLES / name, as_version=4)
     # The "python3" kernel is ipykernel's own spec; jupyter_client starts it with this
     # interpreter (sys.executable), so it sees the same packages as the tests.
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
-                                     resources={"metadata": {"path": str(EXAMPLES)}})
-    client.execute()  # raises CellExecutionError on the first failing cell
+    nb = make_notebooks.execute(make_notebooks.build(name))  # raises on the first failing cell
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    for fresh, kept in zip(nb.cells, committed.cells):
+        if "stable" in fresh.metadata.get("tags", []):
+            assert make_notebooks.stable_text(fresh) == make_notebooks.stable_text(kept), \
+                f"{name}: the committed output of a stable cell is not what it prints now:\n{fresh.source[:200]}"
 
 
 # -- the documentation points at things that exist ---------------------------------------------

@@ -9,7 +9,10 @@ for optax's `trace` or `sgd(lr, momentum=β)`.
 
 Backward part `step(s, p, p')`: the covector p' goes through the parts in order, the first
 being `sharp(metric)` (evaluated at the lookahead point, where p' lives), and the point
-moves to p + (the chain's output); each part's state advances.
+moves along the chain's output v to `metric.retract(p, v)`: p + v for the flat metrics, the
+exponential map or a retraction for those that know their open set (`lenses.geometry`),
+which stays inside it by construction; each part's state advances. The move is the one
+place the point changes, so every rule composes with every geometry.
 
 The state holds the states of the parts that hold anything (a leaf): none → `EmptyState()`,
 one → that part's state (so momentum's state is a `MomentumState`, Adam's an `AdamState`),
@@ -29,6 +32,7 @@ from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 from categories.spaces import euclidean
 
+from ..metrics import translate
 from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
                      raise_outside)
 from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_learning_rate, sharp
@@ -36,9 +40,10 @@ from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_lea
 tree_map = jax.tree_util.tree_map
 
 
-def apply_move(p, v):
-    """p + v, leaf by leaf, in p's dtype (None stays None): optax's `apply_updates`."""
-    return tree_map(lambda a, d: jnp.asarray(a + d).astype(jnp.asarray(a).dtype), p, v)
+def _move(metric, p, v, space):
+    """The point reached from p along v: the metric's `retract` (p + v when it has none)."""
+    retract = getattr(metric, "retract", None)
+    return translate(p, v) if retract is None else retract(p, v, space)
 
 
 def _shape_of(p):
@@ -123,8 +128,10 @@ class Optimiser:
         return self._pack([states[i] for i in self._kept(states)])
 
     # -- the forward part ------------------------------------------------------------------
-    def lookahead(self, s, p):
-        """The forward part: where the covector is taken (p, unless a lookahead was asked for)."""
+    def lookahead(self, s, p, space: Space | None = None):
+        """The forward part: where the covector is taken (p, unless a lookahead was asked for).
+
+        `space`, the parameter object, is what a metric's `retract` reads its slots from."""
         if self._look is False:
             return p
         if self._look is not True:
@@ -133,15 +140,15 @@ class Optimiser:
         v = tree_map(jnp.zeros_like, p)  # the sharp part, linear, sends 0 to 0
         for part, st in zip(self.parts[1:], states[1:]):
             v, _ = part.update(v, st, p)
-        return apply_move(p, v)
+        return _move(self.metric, p, v, space)
 
     get = lookahead
 
     # -- the backward part -----------------------------------------------------------------
-    def _run(self, s, p, p_cov, ctx):
+    def _run(self, s, p, p_cov, ctx, space=None):
         """(s', the chain's output vector) for the covector p' taken at the lookahead point."""
         states = self._unpack(s, p)
-        at = self.lookahead(s, p)
+        at = self.lookahead(s, p, space)
         v, new = p_cov, []
         for part, st in zip(self.parts, states):
             if isinstance(part, Sharp):
@@ -153,15 +160,20 @@ class Optimiser:
             new.append(st)
         return self._pack([new[i] for i in self._kept(new)]), v
 
-    def move(self, s, p, p_cov, ctx=None):
-        """Traceable: (s', v), the new state and the move v the point takes, p'' = p + v."""
-        return self._run(s, p, p_cov, ctx)
+    def move(self, s, p, p_cov, ctx=None, space: Space | None = None):
+        """Traceable: (s', v), the new state and the move v; the new point is
+        `retract(p, v, space)` (p + v on a Euclidean parameter object)."""
+        return self._run(s, p, p_cov, ctx, space)
+
+    def retract(self, p, v, space: Space | None = None):
+        """The point reached from p along the move v (the metric's retraction)."""
+        return _move(self.metric, p, v, space)
 
     def propose(self, s, p, p_cov, ctx=None, space: Space | None = None):
         """Traceable step: (s', p'', inside) with inside a boolean (True where nothing is known)."""
         space = space if space is not None else getattr(p_cov, "space", None)
-        s_new, v = self._run(s, p, p_cov, ctx)
-        p_new = apply_move(p, v)
+        s_new, v = self._run(s, p, p_cov, ctx, space)
+        p_new = self.retract(p, v, space)
         if space is None or euclidean(space):
             return s_new, p_new, jnp.asarray(True)
         inside = space.indicator(p_new)
