@@ -13,7 +13,7 @@ from jax import lax
 
 import categories
 import lenses
-from lenses import LossFamily, ParaLens, TrainStep
+from lenses import LossFamily, Metric, ParaLens, TrainStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -39,7 +39,7 @@ def _resolve(dotted: str):
         if head is None:
             return True
     else:
-        owners = [lenses, categories, ParaLens, LossFamily, builtins, *MODULES]
+        owners = [lenses, categories, ParaLens, LossFamily, Metric, builtins, *MODULES]
     for owner in owners:
         if hasattr(owner, head) or head in getattr(owner, "__annotations__", {}):
             obj = getattr(owner, head, None)
