@@ -1,11 +1,11 @@
 """The training loop: epochs of shuffled minibatches, many steps per dispatch.
 
-`fit` puts the data on the device when it fits (`on_device`), draws each epoch's order with
-a JAX key inside the compiled code, and runs `steps_per_dispatch` steps in one compiled call
-(a `lax.scan` of the training step over the chunk's batches): no Python, no host copy and no
-host synchronisation between the steps of a chunk. At the end of each chunk the losses and
-the fault record are read back (one synchronisation): a fault raises there, naming the step,
-with the state as it was before the faulting step. Data too large for the device is cut into
+`fit` puts the data on the device when it fits (`on_device`) and runs `steps_per_dispatch`
+steps in one compiled call (a `lax.scan` of the training step, the batches gathered on the
+device by the epoch's indices): no Python, no copy of the data and no host synchronisation
+between the steps of a chunk. At the end of each chunk the losses and whether the chunk was
+sound are read back (one synchronisation); a fault raises there, naming the step, with the
+state as it was before the faulting step (see `_Loop`). Data too large for the device is cut into
 chunks on the host instead, the next chunk sent to the device while the current one runs.
 
 The order of epoch e is `epoch_order(key, e, n, batch_size)`, a function of the key and the
@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +34,10 @@ from jax import lax
 
 from categories.errors import CheckpointMismatch, HyperparameterError, ShapeError
 
+from categories.spaces import euclidean
+
 from .learner import NO_FAULT, TrainState, accuracy, check_labels, fault_error, train_step
+from .losses import loss_family as loss_family_of
 from .para_lens import check_batch
 
 #: data up to this many bytes is put on the device whole (`on_device=None`)
@@ -64,11 +68,18 @@ def as_key(key):
     return key
 
 
-def epoch_order(key, epoch: int, n: int, batch_size: int):
+def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
     """The example indices of epoch `epoch` (from 1), shape (n // batch_size, batch_size):
-    a permutation drawn from the key folded with the epoch, the remainder dropped."""
+    a permutation drawn from the key and the epoch, the remainder dropped.
+
+    It is drawn on the host (numpy's generator seeded by the key's data and the epoch): XLA's
+    sort on the CPU, which an on-device shuffle needs, costs about 0.7 ms for 2048 examples,
+    more than an epoch of small steps; the indices travel to the device with the chunk."""
+    k = as_key(key)
+    data = jax.random.key_data(k) if jnp.issubdtype(k.dtype, jax.dtypes.prng_key) else k
+    seed = np.random.SeedSequence([int(v) for v in np.asarray(data).ravel()] + [int(epoch)])
     steps = n // batch_size
-    perm = jax.random.permutation(jax.random.fold_in(as_key(key), epoch), n)
+    perm = np.random.default_rng(seed).permutation(n)
     return perm[: steps * batch_size].reshape(steps, batch_size)
 
 
@@ -81,46 +92,80 @@ def _length(data) -> int:
 
 
 class _Loop:
-    """The compiled chunks of one `fit`: k steps of `step_fn` per call."""
+    """The compiled chunks of a `fit`: k steps per call, as one `lax.scan`.
+
+    A chunk runs the plain step (`TrainStep.fast_fn`: the covectors, the move, the new point)
+    and says at its end whether every loss and the final point are finite: a non-finite
+    covector or point leaves a NaN or an infinity there (it propagates: nothing in a step
+    makes it finite again, unless a rule repairs non-finite values itself, as
+    `optax.zero_nans` does). Only when a chunk is not sound is it run again from its first
+    state with the checked step (`TrainStep.step_fn`), which refuses the faulting step and
+    records it; the two agree bit for bit on every step before the fault. A parameter object
+    with an open set to leave is always run checked."""
 
     def __init__(self, step, n, batch_size):
         self.step, self.n, self.bs = step, n, batch_size
-        self._device, self._host = {}, {}
+        self.fast = euclidean(step.model.param)
+        self._compiled = {}
 
-    def on_device(self, state, data, key, epoch, start, k):
-        """k steps from batch `start` of epoch `epoch`, gathering the batches on the device."""
-        if k not in self._device:
-            step_fn, n, bs = self.step.step_fn, self.n, self.bs
+    def _chunk(self, k, checked, gather):
+        key = (k, checked, gather)
+        if key not in self._compiled:
+            fn = self.step.step_fn if checked else self.step.fast_fn
 
-            def chunk(state, data, key, epoch, start):
-                order = jax.random.permutation(jax.random.fold_in(key, epoch), n)
-                idx = lax.dynamic_slice(order, (start * bs,), (k * bs,)).reshape(k, bs)
+            def body(state, XY):
+                state, out = fn(state, *XY)
+                return state, (out[0] if checked else out)
 
-                def body(state, i):
-                    X, Y = _take(data, i)
-                    state, (loss, _) = step_fn(state, X, Y)
-                    return state, loss
+            def sound(state, losses):
+                leaves = [jnp.sum(jnp.abs(a) * 0) for a in jax.tree_util.tree_leaves(state.params)]
+                return jnp.isfinite(jnp.sum(losses) + sum(leaves, jnp.asarray(0.0)))
 
-                return lax.scan(body, state, idx)
+            def chunk(state, data, *where):
+                if gather:  # the batches taken from the data on the device, by their indices
+                    (idx,) = where
+                    state, losses = lax.scan(lambda s, i: body(s, _take(data, i)), state, idx)
+                else:  # batches already cut on the host: a leading axis of steps
+                    state, losses = lax.scan(body, state, data)
+                return state, losses, sound(state, losses)
 
-            self._device[k] = jax.jit(chunk, donate_argnums=())
-        return self._device[k](state, data, key, epoch, start)
+            self._compiled[key] = jax.jit(chunk)
+        return self._compiled[key]
 
-    def on_host(self, state, batches):
-        """The steps over batches already cut (a leading axis of steps)."""
-        k = _length(batches[0])
-        if k not in self._host:
-            step_fn = self.step.step_fn
+    def run(self, state, data, *where, k):
+        """(state, losses, sound) after k steps, dispatched (nothing waits)."""
+        return self._chunk(k, not self.fast, bool(where))(state, data, *where)
 
-            def chunk(state, batches):
-                def body(state, XY):
-                    state, (loss, _) = step_fn(state, *XY)
-                    return state, loss
+    def replay(self, state, data, *where, k):
+        """The same chunk from the same state, checked: (state, losses), a fault recorded."""
+        return self._chunk(k, True, bool(where))(state, data, *where)[:2]
 
-                return lax.scan(body, state, batches)
 
-            self._host[k] = jax.jit(chunk)
-        return self._host[k](state, batches)
+def steps_for(model, loss_family, opt, reduction="mean", mesh=None):
+    """The `TrainStep` for these arguments, built once: a run continued with the same model,
+    loss family and optimiser object reuses its compiled chunks."""
+    cache = _STEPS.setdefault(model, {}) if _weakable(model) else {}
+    family = loss_family_of(loss_family)
+    try:
+        key = (family, id(opt), reduction, id(mesh))
+        hash(key)
+    except TypeError:
+        return train_step(model, loss_family, opt, reduction, mesh)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not opt:
+        cache[key] = (opt, train_step(model, loss_family, opt, reduction, mesh))
+    return cache[key][1]
+
+
+def _weakable(x) -> bool:
+    try:
+        weakref.ref(x)
+        return True
+    except TypeError:
+        return False
+
+
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
@@ -150,7 +195,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     checked before anything is compiled: the data against the model's domain and the loss
     family (`ShapeError`, `TargetError`), the numbers (`HyperparameterError`).
     """
-    step = train_step(model, loss_family, opt, reduction, mesh)
+    step = steps_for(model, loss_family, opt, reduction, mesh)
     X, Y, n = _check_data(step, data, "data")
     batch_size = _count(batch_size, "batch_size", 1)
     epochs = _count(epochs, "epochs", 0)
@@ -182,7 +227,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves(data))
     device = (nbytes <= DEVICE_DATA_LIMIT if on_device is None else bool(on_device)) and mesh is None
     data = jax.device_put((X, Y)) if device else (X, Y)
-    loop = _Loop(step, n, batch_size)
+    loop = step.__dict__.setdefault("_loops", {}).setdefault((n, batch_size),
+                                                            _Loop(step, n, batch_size))
     show = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
     done = int(state.count)
     first, position = done // steps + 1, done % steps
@@ -206,17 +252,22 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                 break
             chunks = _chunks(start, end, k_max, (epoch - 1) * steps, every)
             losses, t0 = (carried if epoch == first else []), time.perf_counter()
-            host = None if device else np.asarray(epoch_order(key, epoch, n, batch_size))
-            pending = _send(data, host, chunks[0]) if host is not None and mesh is None else None
+            host = epoch_order(key, epoch, n, batch_size)
+            pending = _send(data, host, chunks[0]) if not device and mesh is None else None
             for c, (lo, hi) in enumerate(chunks):
-                if device:
-                    state, chunk_losses = loop.on_device(state, data, key, epoch, lo, hi - lo)
-                elif mesh is not None:
+                before, current, where = state, pending, (host[lo:hi],) if device else ()
+                if mesh is not None:
                     state, chunk_losses = _per_step(step, state, data, host[lo:hi])
+                    sound = True
                 else:
-                    state, chunk_losses = loop.on_host(state, pending)
+                    state, chunk_losses, sound = loop.run(state, data if device else current,
+                                                          *where, k=hi - lo)
                 if pending is not None and c + 1 < len(chunks):  # the next chunk travels meanwhile
                     pending = _send(data, host, chunks[c + 1])
+                chunk_losses, sound = jax.device_get((chunk_losses, sound))
+                if not sound:  # run the chunk again, checked: the fault is found and recorded
+                    state, chunk_losses = loop.replay(before, data if device else current, *where,
+                                                      k=hi - lo)
                 chunk_losses, fault = jax.device_get((chunk_losses, state.fault))
                 if fault[0]:
                     error = fault_error(state, *(int(v) for v in fault), step.names, step.opt._note(),
