@@ -118,6 +118,8 @@ class _Loop:
                 return state, (out[0] if checked else out)
 
             def sound(state, losses):
+                if checked:  # the checked step records what it refused
+                    return state.fault[0] == 0
                 leaves = [jnp.sum(jnp.abs(a) * 0) for a in jax.tree_util.tree_leaves(state.params)]
                 return jnp.isfinite(jnp.sum(losses) + sum(leaves, jnp.asarray(0.0)))
 
@@ -244,36 +246,55 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                         dict(last=last, max_steps=max_steps, n=n, batch_size=batch_size))
             if on_checkpoint is not None:
                 on_checkpoint(state)
+    def bounds(epoch):  # the steps [start, end) of an epoch that this run takes
+        start = position if epoch == first else 0
+        end = steps if max_steps is None else min(steps, int(max_steps) - (epoch - 1) * steps)
+        return start, end
+
+    ahead = None  # the next epoch's first chunk, dispatched before this epoch's last is read
     try:
         for epoch in range(first, last + 1):
-            start = position if epoch == first else 0
-            end = steps if max_steps is None else min(steps, int(max_steps) - (epoch - 1) * steps)
+            start, end = bounds(epoch)
             if end <= start:
                 break
             chunks = _chunks(start, end, k_max, (epoch - 1) * steps, every)
             losses, t0 = (carried if epoch == first else []), time.perf_counter()
-            host = epoch_order(key, epoch, n, batch_size)
+            host = ahead[0] if ahead else epoch_order(key, epoch, n, batch_size)
             pending = _send(data, host, chunks[0]) if not device and mesh is None else None
             for c, (lo, hi) in enumerate(chunks):
-                before, current, where = state, pending, (host[lo:hi],) if device else ()
-                if mesh is not None:
+                where = (host[lo:hi],) if device else ()
+                if c == 0 and ahead:
+                    _, before, (state, chunk_losses, sound) = ahead
+                    current, ahead = None, None
+                elif mesh is not None:
+                    before, current = state, None
                     state, chunk_losses = _per_step(step, state, data, host[lo:hi])
                     sound = True
                 else:
+                    before, current = state, pending
                     state, chunk_losses, sound = loop.run(state, data if device else current,
                                                           *where, k=hi - lo)
                 if pending is not None and c + 1 < len(chunks):  # the next chunk travels meanwhile
                     pending = _send(data, host, chunks[c + 1])
+                nxt = bounds(epoch + 1) if epoch < last else (0, 0)
+                if device and c + 1 == len(chunks) and nxt[1] > nxt[0]:
+                    # Dispatched now, from this chunk's (future) state, so that the device has
+                    # work while this chunk is read back and the epoch is recorded; dropped if
+                    # this chunk turns out not to be sound.
+                    order = epoch_order(key, epoch + 1, n, batch_size)
+                    lo2, hi2 = _chunks(*nxt, k_max, epoch * steps, every)[0]
+                    ahead = (order, state, loop.run(state, data, order[lo2:hi2], k=hi2 - lo2))
                 chunk_losses, sound = jax.device_get((chunk_losses, sound))
                 if not sound:  # run the chunk again, checked: the fault is found and recorded
+                    ahead = None
                     state, chunk_losses = loop.replay(before, data if device else current, *where,
                                                       k=hi - lo)
-                chunk_losses, fault = jax.device_get((chunk_losses, state.fault))
-                if fault[0]:
-                    error = fault_error(state, *(int(v) for v in fault), step.names, step.opt._note(),
-                                        step.spaces)
-                    error.history = history
-                    raise error
+                    chunk_losses, fault = jax.device_get((chunk_losses, state.fault))
+                    if fault[0]:
+                        error = fault_error(state, *(int(v) for v in fault), step.names,
+                                            step.opt._note(), step.spaces)
+                        error.history = history
+                        raise error
                 losses.append(chunk_losses)
                 if every and ((epoch - 1) * steps + hi) % every == 0 and hi < end:
                     checkpoint(state, losses, history)  # mid-epoch: the epoch's losses so far
