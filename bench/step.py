@@ -270,7 +270,6 @@ def jax_scan_epoch(sizes, loss):
 
 def loop_worker(cfg):
     """Wall clock, each library's default threads: loops over STEPS batches, per step."""
-    import jax
     import jax.numpy as jnp
     import numpy as np
     import torch

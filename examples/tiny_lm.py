@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import R
 from lenses import (Keys, Tokens, adam, diagram, dropout, embedding, evaluation, identity,
                     layer_norm, position_embedding, positionwise_dense, predict, repeat,
                     sequence_cross_entropy, train_step, transformer_block)

@@ -36,7 +36,7 @@ from categories.errors import CheckpointMismatch, HyperparameterError, ShapeErro
 
 from categories.spaces import euclidean
 
-from .learner import NO_FAULT, TrainState, accuracy, check_labels, fault_error, train_step
+from .learner import TrainState, accuracy, check_labels, fault_error, train_step
 from .losses import loss_family as loss_family_of
 from .para_lens import check_batch
 

@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from categories import Covector, OpenBall, OpenBox, Positive, R, Vector
-from lenses import (CheckpointError, Euclidean, ParalensError, TrainState, accuracy, batched,
+from lenses import (CheckpointError, Euclidean, ParalensError, accuracy, batched,
                     checkpoint, conv2d, dense, fit, gd, half_squared_error, linear, load, predict,
                     repeat, save, softmax_cross_entropy, tanh, tie, train_step, update)
 from lenses.layers import bias
@@ -368,10 +368,14 @@ def test_fit_arguments(data, batch_size, epochs, dispatch, max_steps, eval_data)
              and (dispatch is None or int_at_least(dispatch, 1))
              and (max_steps is None or max_steps >= 0) and eval_data in (None, "good"))
     assert (kind == "ok") == valid, (data, batch_size, epochs, dispatch, max_steps, eval_data, got)
-    if valid:  # epochs drawn ≤ 0: nothing runs, nothing moves
+    if valid and int(epochs) == 0:  # no epoch asked for: nothing runs, nothing moves
         state, history = got
         assert history == [] and int(state.count) == 0
         assert all(np.array_equal(a, b) for a, b in zip(state.params, PLIN))
+    elif valid:  # JUNK can draw a valid count: that many epochs of 8 // batch_size steps each
+        state, history = got
+        steps = int(epochs) * (8 // min(int(batch_size), 8))
+        assert int(state.count) == (steps if max_steps is None else min(steps, max_steps))
 
 
 COVECTORS = st.one_of(

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from categories import Product, R
+from categories import R
 from lenses import (ParaLens, avg_pool, bias, binary_cross_entropy, conv2d, dL, dense, flatten,
                     half_squared_error, linear, max_pool, relu, sigmoid, softmax_cross_entropy, tanh,
                     tie)

@@ -292,7 +292,6 @@ def test_sequence_cross_entropy_is_the_mean_over_positions():
 
 def test_the_new_layers_batched_checkpointed_repeated_and_trained():
     T, d, V = 3, 4, 6
-    A = R(T, d)
     model = (embedding(V, d).at(Tokens(T, V)) >> position_embedding()
              >> checkpoint(transformer_block(d, 2, 8)) >> repeat(layer_norm(d) >> positionwise_dense(d, d), 2)
              >> layer_norm(d) >> positionwise_dense(d, V))
