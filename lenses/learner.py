@@ -184,33 +184,31 @@ class TrainStep:
             raise ShapeError(f"the batch for {self.model.name} has {n} inputs but "
                              f"{np.shape(Y)[0]} targets")
 
+    def _phase_one(self, state, X, Y):
+        """(batch loss, parameter covector, context) at the lookahead point; nothing moves."""
+        self._validate(state, X, Y)
+        p_eval = self.opt.lookahead(state.opt_state, state.params, self.model.param)
+        if self.mesh is None:
+            loss, cov = self._covectors(p_eval, X, Y, self.reduction)
+        else:
+            loss, cov = self._sharded_covectors(p_eval, X, Y)
+        return loss, cov, Context(self.model, self.loss_family, X, Y, self.reduction)
+
     def fast_fn(self, state, X, Y):
         """The traceable step without its fault record: (state', loss). `fit` scans it and
         checks the chunk as a whole (`lenses.fitting`); it agrees bit for bit with `step_fn`
         on every step that `step_fn` accepts."""
-        self._validate(state, X, Y)
+        loss, cov, ctx = self._phase_one(state, X, Y)
         opt, space, p = self.opt, self.model.param, state.params
-        p_eval = opt.lookahead(state.opt_state, p, space)
-        if self.mesh is None:
-            loss, cov = self._covectors(p_eval, X, Y, self.reduction)
-        else:
-            loss, cov = self._sharded_covectors(p_eval, X, Y)
-        ctx = Context(self.model, self.loss_family, X, Y, self.reduction)
         s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx, space)
         return TrainState(opt.retract(p, v, space), s_new, state.count + 1, state.fault), loss
 
     def step_fn(self, state, X, Y):
-        """The traceable step (what is compiled, and what `fit` scans)."""
-        self._validate(state, X, Y)
-        targets_ok = self.loss_family.targets_ok(Y)
-        opt, space = self.opt, self.model.param
-        p_eval = opt.lookahead(state.opt_state, state.params, space)
-        if self.mesh is None:
-            loss, cov = self._covectors(p_eval, X, Y, self.reduction)
-        else:
-            loss, cov = self._sharded_covectors(p_eval, X, Y)
+        """The traceable step, with its fault record (what `train_step` compiles, and what
+        `fit` replays on a chunk that was not sound)."""
+        loss, cov, ctx = self._phase_one(state, X, Y)
         # Phase two: nothing has moved until every covector is known.
-        ctx = Context(self.model, self.loss_family, X, Y, self.reduction)
+        opt, space, targets_ok = self.opt, self.model.param, self.loss_family.targets_ok(Y)
         p, cov_leaves = state.params, jax.tree_util.tree_leaves(cov)
         clean = state.fault[0] == 0
         # The slope max |p'| is reported, and is finite exactly when the covector is; a bad
