@@ -226,6 +226,16 @@ def _per_example(ok):
     return jnp.all(jnp.reshape(ok, (jnp.shape(ok)[0], -1)), axis=1)
 
 
+def _need_unit(fam, Y, what: str):
+    """Refuse (`TargetError`) real targets outside [0, 1], naming the first and its index."""
+    _need_real(fam, Y)
+    bad = ~((Y >= 0) & (Y <= 1))
+    if np.any(bad):
+        i = np.argwhere(bad)[0]
+        raise TargetError(f"{fam!r}: {what}, got {Y[tuple(i)]} at index "
+                          f"{tuple(int(j) for j in i)}")
+
+
 def _need_finite(fam, Y):
     if not np.all(np.isfinite(Y)):
         bad = np.argwhere(~np.isfinite(Y))[0]
@@ -313,12 +323,7 @@ class SoftmaxCrossEntropy(LossFamily):
                 raise TargetError(f"{self!r}: class labels must be integers in [0, {k}), got "
                                  f"{Y[tuple(i)]}" + (f" (example {int(i[0])})" if batched else ""))
             return
-        _need_real(self, Y)
-        bad = ~((Y >= 0) & (Y <= 1))
-        if np.any(bad):
-            i = np.argwhere(bad)[0]
-            raise TargetError(f"{self!r}: probability-vector targets need entries in [0, 1], "
-                             f"got {Y[tuple(i)]} at index {tuple(int(j) for j in i)}")
+        _need_unit(self, Y, "probability-vector targets need entries in [0, 1]")
         eps = np.finfo(Y.dtype).eps if np.issubdtype(Y.dtype, np.floating) else 0.0
         tol = max(1e-5, 100 * eps * Y.shape[-1])
         sums = np.sum(Y, axis=-1, dtype=np.float64)
@@ -356,12 +361,7 @@ class BinaryCrossEntropy(LossFamily):
         return jnp.sum(jax.nn.softplus(c) - y * c)
 
     def check_values(self, Y, batched=True):
-        _need_real(self, Y)
-        bad = ~((Y >= 0) & (Y <= 1))
-        if np.any(bad):
-            i = np.argwhere(bad)[0]
-            raise TargetError(f"{self!r}: targets must lie in [0, 1], got {Y[tuple(i)]} at "
-                             f"index {tuple(int(j) for j in i)}")
+        _need_unit(self, Y, "targets must lie in [0, 1]")
 
     def targets_ok(self, Y):
         return _per_example((Y >= 0) & (Y <= 1))
