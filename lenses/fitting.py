@@ -409,12 +409,12 @@ def _send(data, order, chunk):
 
 def _per_step(step, state, data, rows):
     """One dispatch per step over the mesh, each batch assembled from every process's rows."""
-    losses = []
+    losses, value = [], state._get()
     for idx in rows:
         local = jax.tree_util.tree_map(lambda a: np.asarray(a)[idx], data)
-        state, (loss, _) = step._compiled(state, *step.global_batch(local))
+        value, (loss, _) = step._compiled(value, *step.global_batch(local))
         losses.append(loss)
-    return state, jnp.stack(losses)
+    return TrainState._of(value), jnp.stack(losses)
 
 
 __all__ = ["fit", "epoch_order", "as_key", "DEVICE_DATA_LIMIT"]

@@ -19,6 +19,17 @@ the faulting step), at the next synchronisation point: reading the report of a s
 The parameters' structure and the batch are checked against the model's spaces while the
 step is traced, that is once per compiled signature, not once per call.
 
+Calls are deferred and verified afterwards, so that a loop of steps costs what its steps
+cost, not what launching them costs. The first call with a new signature is dispatched at
+once (what is wrong with it raises at the call); later calls like it are queued, and a queue
+runs as `lax.scan` chunks when something reads a state or a report (or when it is long).
+Those runs take the plain step, without the fault record, and are verified when a result is
+read: the plain and the checked step agree bit for bit on every step the checked one
+accepts, and a run the checked step would not have accepted in full is replayed with it from
+the state before the run. A loop that reads every report and one that reads at the end give
+the same states and reports as the checked step taken one call at a time (on the CPU, bit
+for bit; a test checks it).
+
 With `mesh=`, the batch is split over the mesh's devices along axis 0; phase one runs per
 device under `shard_map` and the loss and parameter covectors are added across devices
 (`psum`); phase two runs on the summed covectors with the parameters replicated.
@@ -53,18 +64,71 @@ FAULTS = {1: "the covector", 2: "the new point", 3: "the new point", 4: "the tar
 NO_FAULT = np.zeros((3,), np.int32)
 
 
-class TrainState(NamedTuple):
+class _Value(NamedTuple):
+    """The fields of a computed `TrainState`, as the compiled functions take and give them."""
+
+    params: Any
+    opt_state: Any
+    count: Any
+    fault: Any
+
+
+class TrainState:
     """(parameters p, optimiser state s, number of steps taken, first fault not yet seen).
 
     `fault` is (kind, step, slot): kind 0 for none, 1 a covector with NaN or infinity, 2 a new
     point with NaN or infinity, 3 a new point outside the open parameter object, 4 a target
     outside what the loss family accepts (a class label out of range, ...); `step` the number
-    (from 1) of the refused step and `slot` the parameter slot (for kind 4: the example)."""
+    (from 1) of the refused step and `slot` the parameter slot (for kind 4: the example).
 
-    params: Any
-    opt_state: Any
-    count: Any
-    fault: Any = NO_FAULT
+    A state returned by a training step may not be known yet (its step queued, or dispatched
+    and not yet verified: see `TrainStep`); reading a field, flattening the state as a
+    pytree, or taking a step with another `TrainStep` makes it known. It unpacks as (params,
+    opt_state, count, fault) and supports `_replace`."""
+
+    __slots__ = ("_value", "_later", "_sig")
+    FIELDS = _Value._fields
+
+    def __init__(self, params, opt_state, count, fault=NO_FAULT):
+        self._value, self._later, self._sig = _Value(params, opt_state, count, fault), None, None
+
+    @classmethod
+    def _of(cls, value: _Value, sig=None) -> "TrainState":
+        state = cls.__new__(cls)
+        state._value, state._later, state._sig = value, None, sig
+        return state
+
+    def _get(self) -> _Value:
+        """The fields, computing them first if the steps that lead here have not run."""
+        if self._value is None:
+            later = self._later
+            if later.value is None:
+                later.step._settle(later)
+            self._value, self._later = later.value, None
+        return self._value
+
+    params = property(lambda self: self._get().params, doc="the point p of the parameter object")
+    opt_state = property(lambda self: self._get().opt_state, doc="the optimiser's state s")
+    count = property(lambda self: self._get().count, doc="the number of steps taken")
+    fault = property(lambda self: self._get().fault, doc="(kind, step, slot); kind 0: none")
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self):
+        return len(self.FIELDS)
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def _replace(self, **fields) -> "TrainState":
+        return TrainState(*self._get()._replace(**fields))
+
+    def __repr__(self):
+        if self._value is None:
+            return "TrainState(<not yet known: read a field to compute it>)"
+        fields = ", ".join(f"{k}={v!r}" for k, v in self._value._asdict().items())
+        return f"TrainState({fields})"
 
     def check(self, names=None, note: str = "", spaces=None) -> "TrainState":
         """Raise the recorded fault (a synchronisation point); else return the state."""
@@ -72,6 +136,13 @@ class TrainState(NamedTuple):
         if kind:
             raise fault_error(self, kind, step, slot, names, note, spaces)
         return self
+
+
+jax.tree_util.register_pytree_with_keys(
+    TrainState,
+    lambda s: (tuple((jax.tree_util.GetAttrKey(k), v) for k, v in zip(s.FIELDS, s._get())), None),
+    lambda _, children: TrainState(*children),
+    lambda s: (tuple(s._get()), None))
 
 
 def fault_error(state: TrainState, kind: int, step: int, slot: int, names=None, note: str = "",
@@ -99,16 +170,29 @@ def fault_error(state: TrainState, kind: int, step: int, slot: int, names=None, 
 class Report:
     """The loss of the batch at the evaluation point and max |p'_i| (None: nothing can move).
 
-    Reading either is a synchronisation point: a fault recorded by this step or an earlier
-    one is raised first."""
+    Reading either is a synchronisation point: the step runs if its dispatch was deferred,
+    and a fault recorded by this step or an earlier one is raised first."""
 
-    __slots__ = ("_loss", "_slope", "_state", "_step")
+    __slots__ = ("__weakref__", "_later", "_loss", "_run", "_slope", "_state", "_step")
 
-    def __init__(self, loss, slope, state, step):
+    def __init__(self, loss, slope, state, step, later=None):
         self._loss, self._slope, self._state, self._step = loss, slope, state, step
+        self._later, self._run = later, None
+
+    def _fill(self, run, j):
+        """The step is known, as step j of `run`: let go of the queue."""
+        self._run, self._later = (run, j), None
 
     def check(self) -> "Report":
-        self._step.check(self._state)
+        if self._later is not None:  # not known yet: run and verify the steps up to this one
+            self._step._settle(self._later, state=False)
+        if self._run is not None:
+            (run, j), self._run = self._run, None
+            self._loss, self._slope, refused = run.outputs_at(j)
+            # only a refused step keeps a state, to raise its fault from
+            self._state = TrainState._of(run.end) if refused else None
+        if self._state is not None:
+            self._step.check(self._state)
         return self
 
     @property
@@ -123,8 +207,96 @@ class Report:
         return f"Report(loss={self.loss}, largest_slope={self.largest_slope})"
 
 
+class _Later:
+    """A step called but not yet known: the state it starts from and its batch; the run it
+    was dispatched in (None while queued) and its place there; the report to tell when it is
+    known (held weakly); and, once known, the state it reached, if it ended its run."""
+
+    __slots__ = ("X", "Y", "depth", "j", "parent", "report", "run", "shape", "step", "value")
+
+    def __init__(self, step, parent, X, Y, depth, shape):
+        self.step, self.parent, self.X, self.Y, self.depth, self.shape = \
+            step, parent, X, Y, depth, shape
+        self.report = self.run = self.j = self.value = None
+
+
+class _Run:
+    """Steps dispatched together, from the state `start` over the batches of `nodes`: plain
+    steps (`checked` False), to be verified, or checked ones, which record what they refuse.
+    `prev` and `next` are the unverified runs before and after, `pending` how many runs are
+    unverified up to this one. What the steps report comes back as one array, `summary`
+    (`_pack`): the losses, the slopes, then the fault kinds (checked) or the verdict on the
+    end (`judged`, a plain run).
+
+    Unverified plain runs keep only what verifying them needs: the state before the oldest
+    (to replay from) and the states after the newest two (the point to judge, and the one in
+    flight); a state in between is computed again if it is asked for."""
+
+    __slots__ = ("checked", "end", "healthy", "host", "judged", "next", "nodes", "pending",
+                 "prev", "start", "summary", "verified")
+
+    def __init__(self, start, nodes, end, summary, checked, judged, prev):
+        self.start, self.nodes, self.end, self.summary, self.checked, self.judged = \
+            start, nodes, end, summary, checked, judged
+        self.prev = prev if prev is not None and not prev.verified else None
+        self.pending = 1 + (self.prev.pending if self.prev is not None else 0)
+        self.verified, self.host, self.next, self.healthy = False, None, None, None
+        if self.prev is not None:
+            self.prev.next = self
+            if not checked:
+                self.start = None  # the end of the run before: kept there
+                if self.prev.prev is not None:
+                    self.prev.prev.end = None
+
+    def got(self, summary: np.ndarray):
+        """Keep what was read back: (losses, slopes, kinds), `kinds` None where nothing was
+        refused (refusals persist: the last step's kind says), and the verdict on the end."""
+        n = len(self.nodes)
+        extra = n if self.checked else int(self.judged)
+        s = (summary.shape[0] - n - extra) // n  # 0: no slope (no coordinates to move)
+        losses, slopes, rest = summary[:n], summary[n:n + n * s] if s else None, summary[n + n * s:]
+        kinds = rest if self.checked and rest[-1] else None
+        self.healthy = bool(rest[0]) if self.judged else None
+        self.host, self.summary = (losses, slopes, kinds), None
+
+    def read(self):
+        if self.host is None:
+            _read([self], None)
+        return self.host
+
+    def outputs_at(self, j):
+        losses, slopes, kinds = self.read()
+        j = 0 if j is None else j
+        return losses[j], (None if slopes is None else slopes[j]), \
+            kinds is not None and bool(kinds[j])
+
+
 class TrainStep:
-    """(state, X, Y) ↦ (state', report): one pure, compiled step of learning."""
+    """(state, X, Y) ↦ (state', report): one pure, compiled step of learning.
+
+    Calls are deferred and verified afterwards, so that a loop of steps costs what its steps
+    cost. The first call with a new signature (the state's structure and shapes, the batch's
+    shapes and dtypes) is dispatched at once, so that what is wrong with it raises at the
+    call. Later calls like it are queued (or dispatched at once, where a batch is too large
+    to stack: `CHUNK_BYTES`); a queue runs when something needs it (a field of a state, a
+    report, `check`, a step of another `TrainStep`) or once `DEFER_LIMIT` steps wait, as
+    `lax.scan` chunks of a power of two. Runs take the plain step and are verified when a
+    result is read (or when `UNVERIFIED_BYTES` of parameters wait): if no fault was pending,
+    every slope is finite and the last point is, the checked step would have accepted every
+    step, with the same bits; otherwise the runs are replayed from the state before them with
+    the checked step, which refuses the faulting step. Either way the states and reports are
+    those of the checked step taken one call at a time. Inside a trace, over a mesh, or for a
+    batch that is not an array, the checked step is dispatched at once.
+    """
+
+    #: a queue this long is run (one dispatch for it all); at most this many runs unverified
+    DEFER_LIMIT = 64
+    #: runs shorter than this are dispatched a step at a time (no chunk to compile for them)
+    SHORTEST_CHUNK = 8
+    #: the most bytes of batches one chunk stacks
+    CHUNK_BYTES = 4 << 20
+    #: the most bytes of parameters that runs waiting to be verified may hold
+    UNVERIFIED_BYTES = 64 << 20
 
     def __init__(self, model, loss_family, opt, reduction: str = "mean", mesh=None,
                  axis: str | None = None):
@@ -144,6 +316,8 @@ class TrainStep:
         self.spaces = list(P.factors) if isinstance(P, Product) and len(self.names) > 1 else [P]
         self._treedef = jax.tree_util.tree_structure(model.param.zeros())
         self._compiled = self._build()
+        self._seen, self._chunks = {}, {}  # signatures found valid: their longest chunk; chunks
+        self._plain_ok, self._kept, self._limits = euclidean(model.param), None, {}
 
     # -- the two phases --------------------------------------------------------------------
     def _covectors(self, p_eval, X, Y, reduction):
@@ -172,9 +346,7 @@ class TrainStep:
 
     def _validate(self, state, X, Y):
         """What is checked once per compiled signature, while the step is traced."""
-        if not isinstance(state, TrainState):
-            raise KindError(f"a training step takes a TrainState (from step.init(params)), got "
-                            f"{type(state).__name__}: pass step.init(params), not the parameters")
+        _need_state(state)
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, self.names)
             raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
@@ -198,10 +370,15 @@ class TrainStep:
         """The traceable step without its fault record: (state', loss). `fit` scans it and
         checks the chunk as a whole (`lenses.fitting`); it agrees bit for bit with `step_fn`
         on every step that `step_fn` accepts."""
+        new, loss, _ = self._moved(state, X, Y)
+        return new, loss
+
+    def _moved(self, state, X, Y):
+        """(state', loss, parameter covector): the step, unchecked."""
         loss, cov, ctx = self._phase_one(state, X, Y)
         opt, space, p = self.opt, self.model.param, state.params
         s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx, space)
-        return TrainState(opt.retract(p, v, space), s_new, state.count + 1, state.fault), loss
+        return TrainState(opt.retract(p, v, space), s_new, state.count + 1, state.fault), loss, cov
 
     def step_fn(self, state, X, Y):
         """The traceable step, with its fault record (what `train_step` compiles, and what
@@ -211,25 +388,27 @@ class TrainStep:
         opt, space, targets_ok = self.opt, self.model.param, self.loss_family.targets_ok(Y)
         p, cov_leaves = state.params, jax.tree_util.tree_leaves(cov)
         clean = state.fault[0] == 0
-        # The slope max |p'| is reported, and is finite exactly when the covector is; a bad
-        # target joins it as a NaN where the family can check targets on the device.
-        pieces = [jnp.ravel(jnp.abs(a)) for a in cov_leaves]
-        if targets_ok is not None:
-            pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(
-                pieces[0].dtype if pieces else jnp.result_type(float)))
-        slope = jnp.max(jnp.concatenate(pieces)) if pieces else jnp.asarray(0.0)
+        slope = _slope(cov, targets_ok)
+        slope = jnp.asarray(0.0) if slope is None else slope
         if euclidean(space):
             # No open set to leave: the move v decides. p + v is finite when p and v are and
-            # |p|, |v| ≤ max/2, so the fast path reduces over p and v and never waits for the
-            # new point, which is computed once, in the update that keeps or drops it; only
-            # past that bound (or on a fault) is the new point itself looked at.
+            # |p|, |v| ≤ max/2, so the fast path reduces max(|p|, |v|) (one pass over p and
+            # the covector) and never waits for the new point, which is computed in the
+            # update that keeps or drops it; only past that bound (or on a fault) is the new
+            # point itself looked at, in the rare branch, which computes the move again
+            # rather than have v kept in memory for it.
             s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx, space)
-            leaves = jax.tree_util.tree_leaves((p, v))
-            size = jnp.max(jnp.concatenate([jnp.ravel(jnp.abs(a)) for a in leaves])) \
-                if leaves else jnp.asarray(0.0)
+            pl, vl = jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(v)
+            if [a.shape for a in pl] == [b.shape for b in vl]:
+                parts = [jnp.ravel(jnp.maximum(jnp.abs(a), jnp.abs(b))) for a, b in zip(pl, vl)]
+            else:
+                parts = [jnp.ravel(jnp.abs(a)) for a in pl + vl]
+            size = jnp.max(jnp.concatenate(parts)) if parts else jnp.asarray(0.0)
             big = jnp.finfo(size.dtype).max / 2
             fast = jnp.isfinite(slope) & (size <= big)
             new_point = lambda: opt.retract(p, v, space)  # noqa: E731  (p + v here)
+            rare_point = lambda: opt.retract(  # noqa: E731
+                p, opt.move(state.opt_state, p, Covector(cov, space), ctx, space)[1], space)
             inside = jnp.asarray(True)
         else:  # an open set: the optimiser's own verdict, after backtracking if asked for
             s_new, p_new, inside = opt.propose(state.opt_state, p, Covector(cov, space), ctx, space)
@@ -237,10 +416,10 @@ class TrainStep:
             health = jnp.max(jnp.concatenate([jnp.ravel(a) * 0 for a in new_leaves])) \
                 if new_leaves else jnp.asarray(0.0)
             fast = jnp.isfinite(slope) & jnp.isfinite(health) & inside
-            new_point = lambda: p_new  # noqa: E731
+            new_point = rare_point = lambda: p_new  # noqa: E731
 
         def diagnose(_):  # the rare branch: the new point itself, and which fault, which slot
-            p_new = new_point()
+            p_new = rare_point()
             cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
             in_ok = _inside_flags(space, p_new, inside)
             t_ok = jnp.ones((1,), bool) if targets_ok is None else targets_ok
@@ -261,15 +440,221 @@ class TrainStep:
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
                                      (new_point(), s_new), (p, state.opt_state))
         count = state.count + ok.astype(state.count.dtype)
-        slope = slope if cov_leaves else None
-        return TrainState(params, opt_state, count, fault), (loss, slope)
+        return TrainState(params, opt_state, count, fault), (loss, slope if cov_leaves else None)
+
+    def _step_value(self, state, X, Y):
+        """`step_fn` on the fields of a state, giving the new fields (the compiled functions
+        take and give them as a NamedTuple, which JAX flattens without calling Python)."""
+        state = state if isinstance(state, TrainState) else TrainState._of(state)
+        new, out = self.step_fn(state, X, Y)
+        return new._value, out
 
     def _build(self):
         if self.mesh is None:
-            return jax.jit(self.step_fn)
+            return jax.jit(self._step_value)
         rep = NamedSharding(self.mesh, PartitionSpec())
         batch = NamedSharding(self.mesh, PartitionSpec(self.axis))
-        return jax.jit(self.step_fn, in_shardings=(rep, batch, batch), out_shardings=rep)
+        return jax.jit(self._step_value, in_shardings=(rep, batch, batch), out_shardings=rep)
+
+    # -- deferred dispatch -----------------------------------------------------------------
+    def _plain_value(self, state, X, Y):
+        """The step without its fault record, with its slope (NaN for a bad target), on the
+        fields of a state: (fields', (loss, slope))."""
+        state = state if isinstance(state, TrainState) else TrainState._of(state)
+        new, loss, cov = self._moved(state, X, Y)
+        return new._value, (loss, _slope(cov, self.loss_family.targets_ok(Y)))
+
+    def _signature(self, state, X, Y):
+        """What a call's validity depends on (the state's structure and shapes, the batch's
+        shapes and dtypes), or None where the call must run now, checked (inside a trace, a
+        batch that is not an array, a mesh)."""
+        if self.mesh is not None:
+            return None
+        xs, ys = _array_signature(X), _array_signature(Y)
+        if xs is None or ys is None:
+            return None
+        if state._sig is None:
+            leaves, tree = jax.tree_util.tree_flatten(state._get())
+            if not all(isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
+                       for a in leaves):
+                return None
+            state._sig = (tree, tuple((a.shape, a.dtype) for a in leaves))
+        return state._sig, xs, ys
+
+    def _limit(self, X, Y) -> int:
+        """The longest run for batches like these: a power of two up to `DEFER_LIMIT` whose
+        stacked batches fit in `CHUNK_BYTES` (stacking copies them), or 0 if that is shorter
+        than `SHORTEST_CHUNK`: a batch that large costs more to copy than a dispatch, and its
+        steps are dispatched as they are called."""
+        n = max(1, min(self.DEFER_LIMIT, self.CHUNK_BYTES // max(1, X.nbytes + Y.nbytes)))
+        n = 1 << (n.bit_length() - 1)
+        return n if n >= self.SHORTEST_CHUNK else 0
+
+    def _chunk(self, k: int, checked: bool, judged: bool = True):
+        """k steps in one dispatch (k > 1: a `lax.scan` over the stacked batches) of the
+        checked step or the plain one: (end, summary)."""
+        fn = self._chunks.get((k, checked, judged))
+        if fn is None:
+            def body(value, XY):
+                if not checked:
+                    return self._plain_value(value, *XY)
+                new, (loss, slope) = self.step_fn(TrainState._of(value), *XY)
+                return new._value, (loss, slope, new._value.fault[0])
+
+            def chunk(value, Xs, Ys):
+                if k == 1:
+                    end, outputs = body(value, (Xs[0], Ys[0]))
+                else:
+                    end, outputs = lax.scan(body, value, (jnp.stack(Xs), jnp.stack(Ys)))
+                losses, slopes = outputs[:2]
+                if checked:
+                    extra = outputs[2]
+                elif judged:  # the run's verdict: every slope finite, and the end
+                    extra = _healthy(end) if slopes is None else \
+                        _healthy(end) & jnp.all(jnp.isfinite(slopes))
+                else:
+                    extra = None
+                return end, _pack(losses, slopes, extra)
+
+            fn = self._chunks[(k, checked, judged)] = jax.jit(chunk)
+        return fn
+
+    def _launch(self, start, nodes, prev, checked: bool, judged: bool = True) -> _Run:
+        """Dispatch the steps of `nodes` from `start` as one run (nothing waits for it); a
+        plain run judges its end (`_healthy`) in the same dispatch if it is a chunk or if
+        `judged` (single steps of small batches: a pass over the parameters costs less than
+        a dispatch to judge them later)."""
+        judged = not checked and (judged or len(nodes) > 1)
+        end, summary = self._chunk(len(nodes), checked, judged)(
+            start, tuple(n.X for n in nodes), tuple(n.Y for n in nodes))
+        run = _Run(start, nodes, end, summary, checked, judged, prev)
+        for j, node in enumerate(nodes):
+            node.run, node.j = run, j
+        return run
+
+    def _dispatch(self, last: _Later) -> None:
+        """Dispatch every step up to `last` not yet dispatched (or whose state was not kept),
+        from the nearest state known or dispatched: runs of one batch shape, as chunks of a
+        power of two where they are long enough, else a step a dispatch. Plain steps where
+        the parameter object is a vector space (verified later, `_verify`), checked ones
+        where it has an open set to leave."""
+        chain, node = [], last
+        while True:
+            chain.append(node)
+            parent = node.parent
+            if parent._value is not None:
+                start, prev = parent._value, None
+                break
+            up = parent._later
+            if up.run is not None and not up.run.verified:
+                if up is up.run.nodes[-1] and up.run.end is not None:
+                    start, prev = up.run.end, up.run
+                    break
+                self._verify(up.run)  # its state was not kept: known first, computed again
+            if up.value is not None:
+                start, prev = up.value, None
+                break
+            node = up
+        chain.reverse()
+        checked, i = not self._plain_ok, 0
+        while i < len(chain):
+            shape, j = chain[i].shape, i
+            while j < len(chain) and chain[j].shape == shape:
+                j += 1
+            limit = self._limits.get(shape)
+            if limit is None:
+                limit = self._limits[shape] = self._limit(chain[i].X, chain[i].Y)
+            while i < j:  # one shape: chunks of a power of two, then single steps
+                k = 1 if limit == 0 or j - i < self.SHORTEST_CHUNK else \
+                    1 << (min(j - i, limit).bit_length() - 1)
+                run = self._launch(start, chain[i:i + k], prev, checked, limit > 0)
+                start, prev, i = run.end, run, i + k
+                if run.pending > self._keep(start):
+                    self._verify(run.prev)  # bounded memory; the newest run stays in flight
+                    run.pending = 1
+
+    def _keep(self, value) -> int:
+        """How many runs may wait unverified: each keeps a copy of the parameters."""
+        if self._kept is None:
+            size = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                       for a in jax.tree_util.tree_leaves(value.params))
+            self._kept = max(2, min(self.DEFER_LIMIT, self.UNVERIFIED_BYTES // max(1, size)))
+        return self._kept
+
+    def _verify(self, run: _Run) -> None:
+        """Make `run` and the unverified runs before it known (a synchronisation). Plain runs
+        are sound when the first started with no fault recorded, every slope is finite (it
+        is NaN for a non-finite covector or a refused target) and the last point is finite
+        (non-finite coordinates persist under p + v, so the last point answers for every
+        point before it): then the checked step would have accepted every step, and agrees
+        with the plain one bit for bit. Otherwise they are replayed with the checked step
+        from the state before the first, which refuses the faulting step and records it."""
+        while run.end is None and run.next is not None:
+            run = run.next  # verified up to a run whose end is kept
+        runs, r = [], run
+        while r is not None and not r.verified:
+            runs.append(r)
+            r = r.prev
+        runs.reverse()
+        if not runs:
+            return
+        plain = not runs[0].checked
+        health = _health(run.end) if plain and not run.judged else None
+        health = _read(runs, health)  # every run's summary and the verdict: one read back
+        # a run's own verdict covers its slopes and its end (a point before the last that is
+        # not finite leaves the last one not finite too); a run without one is judged here
+        if plain and not ((run.healthy if run.judged else bool(health)) and all(
+                r.healthy if r.judged else r.host[1] is None or np.all(np.isfinite(r.host[1]))
+                for r in runs)):
+            start = runs[0].start
+            for r in runs:
+                again = self._launch(start, r.nodes, None, True)
+                r.end, r.summary, r.checked, r.judged, r.host = \
+                    again.end, again.summary, True, False, None
+                for node in r.nodes:
+                    node.run = r
+                start = r.end
+            _read(runs, None)
+        if run.next is not None:  # the oldest unverified run now: it replays from here
+            run.next.start, run.next.prev = run.end, None
+        for r in runs:
+            r.verified, r.prev, r.next, r.start = True, None, None, None
+            end = r.nodes[-1]
+            if end.run is r and r.end is not None:  # kept; others are computed again if asked
+                end.value, end.parent, end.X, end.Y = r.end, None, None, None
+            for node in r.nodes:
+                report = node.report() if node.report is not None else None
+                if report is not None:
+                    report._fill(r, node.j)
+                node.report = None
+            r.nodes = None  # the reports know their places; the batches may go
+            if r.read()[2] is None:
+                r.end = None  # nothing refused: no fault to raise from it
+
+    def _settle(self, node: _Later, state: bool = True) -> None:
+        """Make the step of `node` known: dispatched and verified, and (`state`) the state it
+        reached computed, if its run did not keep it."""
+        if node.run is None:
+            self._dispatch(node)
+        self._verify(node.run)
+        if state and node.value is None:  # known, but its state not kept: run up to it again
+            self._dispatch(node)
+            self._verify(node.run)
+
+    def _queue(self, state, X, Y, shape) -> tuple:
+        """The state after this step and its report, the step not yet dispatched."""
+        # The batch is read when the step runs: a numpy batch is copied now, so that a buffer
+        # the caller refills for the next step cannot change this one (JAX arrays are
+        # immutable).
+        X, Y = (a.copy() if type(a) is np.ndarray else a for a in (X, Y))
+        up = state._later if state._value is None else None
+        later = _Later(self, state, X, Y, up.depth + 1 if up is not None and up.run is None else 1,
+                       shape)
+        new = TrainState.__new__(TrainState)
+        new._value, new._later, new._sig = None, later, state._sig
+        report = Report(None, None, None, self, later)
+        later.report = weakref.ref(report)
+        return new, report, later
 
     # -- public ----------------------------------------------------------------------------
     def init(self, params) -> TrainState:
@@ -290,16 +675,41 @@ class TrainStep:
                         local)
 
     def __call__(self, state: TrainState, X, Y):
+        _need_state(state)
+        if state._value is None and state._later.step is not self:
+            state._get()  # another step's run: known first, so that a queue is one step's
+        sig = self._signature(state, X, Y)
+        if sig is None:  # run now, checked
+            return self._now(state, X, Y)
+        new, report, later = self._queue(state, X, Y, sig[1:])
+        limit = self._seen.get(sig)
+        if limit is None:  # a new signature: dispatched now, so that what is wrong raises here
+            try:
+                self._dispatch(later)
+            except ParalensError:
+                raise
+            except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing
+                self._diagnose(state, X, Y, e)
+                raise
+            self._seen[sig] = self._limits[sig[1:]]
+        elif limit == 0 or later.depth >= limit:
+            self._dispatch(later)
+        return new, report
+
+    def _now(self, state, X, Y):
+        """The checked step dispatched at once (inside a trace, over a mesh, for a batch that
+        is not an array)."""
         if self.mesh is not None and np.shape(X)[0] % self.mesh.shape[self.axis]:
             raise ShapeError(f"a batch of {np.shape(X)[0]} cannot be split evenly over the "
                              f"{self.mesh.shape[self.axis]} devices of mesh axis {self.axis!r}")
         try:
-            new, (loss, slope) = self._compiled(state, X, Y)
+            value, (loss, slope) = self._compiled(state._get(), X, Y)
         except ParalensError:
             raise
         except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing (a string batch)
             self._diagnose(state, X, Y, e)
             raise
+        new = TrainState._of(value, state._sig)
         return new, Report(loss, slope, new, self)
 
     def _diagnose(self, state, X, Y, error):
@@ -318,6 +728,64 @@ class TrainStep:
 
     def __repr__(self):
         return f"train_step({self.model.name}, {self.opt!r}, reduction={self.reduction!r})"
+
+
+def _slope(cov, targets_ok):
+    """max |p'| over the covector (None: no coordinates), reported with each step: finite
+    exactly when the covector is, and NaN for a target the family refuses, where it can
+    check targets on the device."""
+    pieces = [jnp.ravel(jnp.abs(a)) for a in jax.tree_util.tree_leaves(cov)]
+    if targets_ok is not None:
+        pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(
+            pieces[0].dtype if pieces else jnp.result_type(float)))
+    return jnp.max(jnp.concatenate(pieces)) if pieces else None
+
+
+def _read(runs, extra):
+    """Read back the summaries of `runs` not read yet, and `extra`, in one synchronisation
+    (for many, every copy started before any is waited for; `jax.device_get` would cost
+    more than the read itself for a few scalars)."""
+    todo = [r for r in runs if r.host is None]
+    arrays = [r.summary for r in todo] + ([extra] if isinstance(extra, jax.Array) else [])
+    if len(arrays) > 2:
+        for a in arrays:
+            a.copy_to_host_async()
+    for r in todo:
+        r.got(np.asarray(r.summary))
+    return np.asarray(extra) if isinstance(extra, jax.Array) else extra
+
+
+def _pack(losses, slopes, extra):
+    """One array of what steps report (read back in one transfer): the losses, the slopes
+    (if any), then `extra` (fault kinds, or the verdict on the end), in the losses' type."""
+    parts = [jnp.ravel(jnp.asarray(a)) for a in (losses, slopes, extra) if a is not None]
+    dtype = jnp.result_type(*parts[:2]) if slopes is not None else parts[0].dtype
+    return jnp.concatenate([a.astype(dtype) for a in parts])
+
+
+def _healthy(end: _Value):
+    """Whether plain runs ending at `end` started with no fault recorded (the plain step
+    carries the record through unchanged) and ended at a finite point."""
+    zero = [jnp.sum(a * 0) for a in jax.tree_util.tree_leaves(end.params)]
+    return (end.fault[0] == 0) & jnp.isfinite(sum(zero, jnp.zeros(())))
+
+
+_health = jax.jit(_healthy)
+
+
+def _need_state(state) -> None:
+    if not isinstance(state, TrainState):
+        raise KindError(f"a training step takes a TrainState (from step.init(params)), got "
+                        f"{type(state).__name__}: pass step.init(params), not the parameters")
+
+
+def _array_signature(a):
+    """(kind, shape, dtype) of a concrete array, else None."""
+    if type(a) is np.ndarray:
+        return "numpy", a.shape, a.dtype
+    if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
+        return "jax", a.shape, a.dtype, a.weak_type
+    return None
 
 
 def _inside_flags(space, p_new, inside):
