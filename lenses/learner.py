@@ -392,23 +392,16 @@ class TrainStep:
         slope = jnp.asarray(0.0) if slope is None else slope
         if euclidean(space):
             # No open set to leave: the move v decides. p + v is finite when p and v are and
-            # |p|, |v| ≤ max/2, so the fast path reduces max(|p|, |v|) (one pass over p and
-            # the covector) and never waits for the new point, which is computed in the
-            # update that keeps or drops it; only past that bound (or on a fault) is the new
-            # point itself looked at, in the rare branch, which computes the move again
-            # rather than have v kept in memory for it.
+            # |p|, |v| ≤ max/2, so the fast path reduces over p and v and never waits for the
+            # new point, which is computed once, in the update that keeps or drops it; only
+            # past that bound (or on a fault) is the new point itself looked at.
             s_new, v = opt.move(state.opt_state, p, Covector(cov, space), ctx, space)
-            pl, vl = jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(v)
-            if [a.shape for a in pl] == [b.shape for b in vl]:
-                parts = [jnp.ravel(jnp.maximum(jnp.abs(a), jnp.abs(b))) for a, b in zip(pl, vl)]
-            else:
-                parts = [jnp.ravel(jnp.abs(a)) for a in pl + vl]
-            size = jnp.max(jnp.concatenate(parts)) if parts else jnp.asarray(0.0)
+            leaves = jax.tree_util.tree_leaves((p, v))
+            size = jnp.max(jnp.concatenate([jnp.ravel(jnp.abs(a)) for a in leaves])) \
+                if leaves else jnp.asarray(0.0)
             big = jnp.finfo(size.dtype).max / 2
             fast = jnp.isfinite(slope) & (size <= big)
             new_point = lambda: opt.retract(p, v, space)  # noqa: E731  (p + v here)
-            rare_point = lambda: opt.retract(  # noqa: E731
-                p, opt.move(state.opt_state, p, Covector(cov, space), ctx, space)[1], space)
             inside = jnp.asarray(True)
         else:  # an open set: the optimiser's own verdict, after backtracking if asked for
             s_new, p_new, inside = opt.propose(state.opt_state, p, Covector(cov, space), ctx, space)
@@ -416,10 +409,10 @@ class TrainStep:
             health = jnp.max(jnp.concatenate([jnp.ravel(a) * 0 for a in new_leaves])) \
                 if new_leaves else jnp.asarray(0.0)
             fast = jnp.isfinite(slope) & jnp.isfinite(health) & inside
-            new_point = rare_point = lambda: p_new  # noqa: E731
+            new_point = lambda: p_new  # noqa: E731
 
         def diagnose(_):  # the rare branch: the new point itself, and which fault, which slot
-            p_new = rare_point()
+            p_new = new_point()
             cov_ok, new_ok = finite_flags(cov, space), finite_flags(p_new, space)
             in_ok = _inside_flags(space, p_new, inside)
             t_ok = jnp.ones((1,), bool) if targets_ok is None else targets_ok
@@ -606,6 +599,10 @@ class TrainStep:
         if plain and not ((run.healthy if run.judged else bool(health)) and all(
                 r.healthy if r.judged else r.host[1] is None or np.all(np.isfinite(r.host[1]))
                 for r in runs)):
+            # ... and so are the runs dispatched after them, from a point that was wrong
+            while run.next is not None:
+                run = run.next
+                runs.append(run)
             start = runs[0].start
             for r in runs:
                 again = self._launch(start, r.nodes, None, True)

@@ -258,3 +258,26 @@ def test_reading_a_report_runs_the_queue_once_and_computes_no_state_again():
     assert [float(r.loss) for r in reports] == pytest.approx(ref_losses, rel=1e-6)
     state.count
     assert sum(launched) == 70  # nothing was run twice
+
+
+def test_a_refusal_found_while_later_steps_are_in_flight_replays_them_too():
+    # Batches dispatched as they are called, at most two runs unverified: the run with the
+    # bad target is verified while the next one, computed from the point it should not have
+    # reached (finite, so nothing else would notice), is in flight.
+    model = dense(3, 4) >> tanh >> dense(4, 3)
+    p0 = model.init(jax.random.PRNGKey(3))
+    labels = np.asarray(jax.random.randint(jax.random.PRNGKey(4), (30, 4), 0, 3), np.int32)
+    labels[5, 2] = 7
+    family = softmax_cross_entropy(classes=3)
+    step = train_step(model, family, gd(0.1))
+    step.CHUNK_BYTES, step.UNVERIFIED_BYTES = 1, 1
+    state, reports = step.init(p0), []
+    for x, y in zip(XS[:12], labels[:12]):
+        state, report = step(state, x, y)
+        reports.append(report)
+    ref, ref_losses = checked(gd(0.1), 5, YS=labels, family=family, model=model, p0=p0)
+    same((state.params, state.count), (ref.params, ref.count))
+    assert [float(r.loss) for r in reports[:5]] == pytest.approx(ref_losses, rel=1e-6)
+    for r in reports[5:]:
+        with pytest.raises(TargetError, match="step 6: the target of example 2"):
+            r.check()
