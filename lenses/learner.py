@@ -316,7 +316,7 @@ class TrainStep:
         self.spaces = list(P.factors) if isinstance(P, Product) and len(self.names) > 1 else [P]
         self._treedef = jax.tree_util.tree_structure(model.param.zeros())
         self._compiled = self._build()
-        self._seen, self._chunks = {}, {}  # signatures found valid: their longest chunk; chunks
+        self._seen, self._chunks = set(), {}  # signatures found valid; compiled runs
         self._plain_ok, self._kept, self._limits = euclidean(model.param), None, {}
 
     # -- the two phases --------------------------------------------------------------------
@@ -453,8 +453,7 @@ class TrainStep:
     def _plain_value(self, state, X, Y):
         """The step without its fault record, with its slope (NaN for a bad target), on the
         fields of a state: (fields', (loss, slope))."""
-        state = state if isinstance(state, TrainState) else TrainState._of(state)
-        new, loss, cov = self._moved(state, X, Y)
+        new, loss, cov = self._moved(TrainState._of(state), X, Y)
         return new._value, (loss, _slope(cov, self.loss_family.targets_ok(Y)))
 
     def _signature(self, state, X, Y):
@@ -474,14 +473,17 @@ class TrainStep:
             state._sig = (tree, tuple((a.shape, a.dtype) for a in leaves))
         return state._sig, xs, ys
 
-    def _limit(self, X, Y) -> int:
-        """The longest run for batches like these: a power of two up to `DEFER_LIMIT` whose
-        stacked batches fit in `CHUNK_BYTES` (stacking copies them), or 0 if that is shorter
-        than `SHORTEST_CHUNK`: a batch that large costs more to copy than a dispatch, and its
-        steps are dispatched as they are called."""
-        n = max(1, min(self.DEFER_LIMIT, self.CHUNK_BYTES // max(1, X.nbytes + Y.nbytes)))
-        n = 1 << (n.bit_length() - 1)
-        return n if n >= self.SHORTEST_CHUNK else 0
+    def _limit(self, node: _Later) -> int:
+        """The longest run for batches like this node's (known once per batch shape): a power
+        of two up to `DEFER_LIMIT` whose stacked batches fit in `CHUNK_BYTES` (stacking copies
+        them), or 0 if that is shorter than `SHORTEST_CHUNK`: a batch that large costs more to
+        copy than a dispatch, and its steps are dispatched as they are called."""
+        limit = self._limits.get(node.shape)
+        if limit is None:
+            n = self.CHUNK_BYTES // max(1, node.X.nbytes + node.Y.nbytes)
+            n = 1 << (max(1, min(self.DEFER_LIMIT, n)).bit_length() - 1)
+            limit = self._limits[node.shape] = n if n >= self.SHORTEST_CHUNK else 0
+        return limit
 
     def _chunk(self, k: int, checked: bool, judged: bool = True):
         """k steps in one dispatch (k > 1: a `lax.scan` over the stacked batches) of the
@@ -554,9 +556,7 @@ class TrainStep:
             shape, j = chain[i].shape, i
             while j < len(chain) and chain[j].shape == shape:
                 j += 1
-            limit = self._limits.get(shape)
-            if limit is None:
-                limit = self._limits[shape] = self._limit(chain[i].X, chain[i].Y)
+            limit = self._limit(chain[i])
             while i < j:  # one shape: chunks of a power of two, then single steps
                 k = 1 if limit == 0 or j - i < self.SHORTEST_CHUNK else \
                     1 << (min(j - i, limit).bit_length() - 1)
@@ -679,8 +679,7 @@ class TrainStep:
         if sig is None:  # run now, checked
             return self._now(state, X, Y)
         new, report, later = self._queue(state, X, Y, sig[1:])
-        limit = self._seen.get(sig)
-        if limit is None:  # a new signature: dispatched now, so that what is wrong raises here
+        if sig not in self._seen:  # a new signature: dispatched now, so what is wrong raises here
             try:
                 self._dispatch(later)
             except ParalensError:
@@ -688,8 +687,8 @@ class TrainStep:
             except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing
                 self._diagnose(state, X, Y, e)
                 raise
-            self._seen[sig] = self._limits[sig[1:]]
-        elif limit == 0 or later.depth >= limit:
+            self._seen.add(sig)
+        elif later.depth >= (self._limit(later) or 1):  # a full queue, or nothing to stack
             self._dispatch(later)
         return new, report
 
