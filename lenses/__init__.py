@@ -2,7 +2,7 @@
 
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
-`metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then the learner (`learner`); beside
+`metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then training (`training`); beside
 them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
 """
 
@@ -17,8 +17,6 @@ from .families import LensFamily, family
 from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
-from .fitting import epoch_order, fit
-from .learner import Report, TrainState, TrainStep, accuracy, predict, train_step
 from .lens import Lens, as_lens, lens_identity, lens_of
 from .losses import (BinaryCrossEntropy, CallableFamily, HalfSquaredError, LossFamily,
                      SoftmaxCrossEntropy, batch_loss, binary_cross_entropy, dL, half_squared_error,
@@ -33,11 +31,12 @@ from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Repar
 from .recompute import Checkpointed, checkpoint
 from .recurrent import Tied, gru_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
-from .saved import Saved, load, save
 from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
                        transformer_block)
 from .structure import add, copy, discard
+from .training import (Fault, FitProgress, Report, Saved, TrainState, TrainStep, accuracy,
+                       epoch_order, fit, load, predict, save, train_step)
 
 __all__ = [
     # lenses and their combinators
@@ -66,7 +65,8 @@ __all__ = [
     "from_optax", "sharp_transform", "NonFiniteError", "chain", "sharp", "scale_by_momentum",
     "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
     # learning
-    "TrainStep", "TrainState", "Report", "train_step", "fit", "epoch_order", "predict", "accuracy",
+    "TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress", "epoch_order",
+    "predict", "accuracy",
     # saved work
     "save", "load", "Saved",
     # the error catalogue (lenses.errors)

@@ -13,7 +13,7 @@ from jax import lax
 
 import categories
 import lenses
-from lenses import LossFamily, Metric, ParaLens, TrainStep
+from lenses import LossFamily, Metric, ParaLens, TrainState, TrainStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -23,12 +23,13 @@ NAME = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
 
 
 # where a name may live: the packages, their modules (internals the map names), the protocol,
-# and the libraries the map refers to; "lens." and "step." stand for instances
-MODULES = [importlib.import_module(f"{pkg.__name__}.{m.name}")
-           for pkg in (lenses, categories) for m in pkgutil.walk_packages(pkg.__path__)
-           if m.name not in ("strategies",)]
+# and the libraries the map refers to; "lens.", "step." and "state." stand for instances
+MODULES = [importlib.import_module(m.name)
+           for pkg in (lenses, categories)
+           for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")
+           if not m.name.endswith(".strategies")]
 SCOPE = {"lenses": lenses, "categories": categories, "jax": jax, "lax": lax, "lens": ParaLens,
-         "step": TrainStep}
+         "step": TrainStep, "state": TrainState}
 
 
 def _resolve(dotted: str):

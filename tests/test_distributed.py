@@ -46,10 +46,19 @@ for _ in range(5):
 report.check()
 fitted, history = fit(model, half_squared_error, gd(0.1), p0, (X[mine], Y[mine]), epochs=2,
                       batch_size=8, key=3, mesh=mesh)
+Xb = X.copy()
+Xb[9, 0] = np.nan  # a row of process 1's shard: both processes must stop at its step
+try:
+    fit(model, half_squared_error, gd(0.1), p0, (Xb[mine], Y[mine]), epochs=2, batch_size=8,
+        key=3, mesh=mesh)
+    fault = None
+except Exception as e:
+    fault = [type(e).__name__, int(e.kind), e.step, int(e.state.count)]
 local = lambda t: [np.asarray(a.addressable_data(0)).tolist() for a in jax.tree_util.tree_leaves(t)]
 print("RESULT" + json.dumps({"processes": jax.process_count(), "step": local(state.params),
                              "fit": local(fitted.params), "count": int(fitted.count),
-                             "history": [h["loss"] for h in history]}), flush=True)
+                             "history": [h["loss"] for h in history], "fault": fault}),
+      flush=True)
 '''
 
 
@@ -105,6 +114,18 @@ def test_two_processes_train_as_one(tmp_path):
             epoch_losses.append(float(report.loss))
         losses.append(float(np.mean(epoch_losses)))
 
+    # the same run with a NaN in row 9 (process 1's row 1): the step that first meets it
+    Xb = X.copy()
+    Xb[9, 0] = np.nan
+    checked, fault_step = plain.init(p0), None
+    for epoch in (1, 2):
+        for idx in np.asarray(epoch_order(3, epoch, 8, 4)):
+            rows = np.concatenate([idx, 8 + idx])
+            checked, report = plain(checked, Xb[rows], Y[rows])
+    record = np.asarray(checked.fault)
+    assert record[0] == 1  # a covector with NaN
+    fault = ["NonFiniteError", 1, int(record[1]), int(checked.count)]
+
     results = run_two_processes(tmp_path)
     for r in results:
         assert r["processes"] == 2
@@ -113,6 +134,7 @@ def test_two_processes_train_as_one(tmp_path):
         for got, want in zip(r["fit"], jax.tree_util.tree_leaves(fitted.params)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
         assert r["count"] == 4
+        assert r["fault"] == fault  # every process raises the fault, at the same step
         np.testing.assert_allclose(r["history"], losses, rtol=1e-12)
     moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                 for a, b in zip(results[0]["step"], jax.tree_util.tree_leaves(p0)))

@@ -35,7 +35,8 @@ from categories.spaces import euclidean
 from ..metrics import translate
 from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
                      raise_outside)
-from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_learning_rate, sharp
+from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, is_part,
+                    scale_by_learning_rate, sharp)
 
 tree_map = jax.tree_util.tree_map
 
@@ -98,6 +99,33 @@ class Optimiser:
         self._look = lookahead
         self.on_domain_error, self.max_halvings = on_domain_error, max_halvings
         self.name = name if name is not None else "chain"
+
+    # -- equality by value, hyperparameters as values ---------------------------------------
+    def key(self):
+        """What a compiled step depends on: the parts' builders (their numbers excluded), the
+        lookahead and the fault policy. Optimisers with equal keys share compiled steps."""
+        look = self._look if isinstance(self._look, bool) else ("id", _Identity(self._look))
+        return (tuple(_part_key(part) for part in self.parts), look, self.on_domain_error,
+                self.max_halvings)
+
+    def hyperparams(self) -> tuple:
+        """The numbers the compiled step takes as arguments: one dict per part (learning
+        rate, momentum, Adam's b1, b2, eps, ...), each number a Python float."""
+        return tuple({k: float(v) for k, v in getattr(part, "hyper", {}).items()}
+                     for part in self.parts)
+
+    def with_hyperparams(self, hyper) -> "Optimiser":
+        """This optimiser with the numbers `hyper` (traced values, inside a compiled step)."""
+        parts = [part.rebuilt(h) if getattr(part, "build", None) is not None else part
+                 for part, h in zip(self.parts, hyper)]
+        return Optimiser(parts, self._look, self.on_domain_error, self.max_halvings, self.name)
+
+    def __eq__(self, other):
+        return isinstance(other, Optimiser) and self.key() == other.key() and \
+            self.hyperparams() == other.hyperparams()
+
+    def __hash__(self):
+        return hash(self.key())
 
     # -- the state: one entry per part that holds anything ---------------------------------
     def _kept(self, states) -> list[int]:
@@ -210,6 +238,11 @@ class Optimiser:
         look = "" if self._look is False else f", lookahead={self._look!r}"
         name = "" if self.name == "chain" else f", name={self.name!r}"
         return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
+
+
+def _part_key(part):
+    key = getattr(part, "key", None)
+    return key() if callable(key) else ("id", _Identity(part))
 
 
 def check_covector(p, p_cov, space: Space | None = None) -> None:

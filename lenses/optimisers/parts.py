@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from categories import Covector, Vector
@@ -70,15 +71,74 @@ class Part(optax.GradientTransformationExtraArgs):
 
     `init(params) -> state`; `update(updates, state, params=None, **extra) -> (updates', state')`.
     Being an `optax.GradientTransformationExtraArgs`, a part also goes into `optax.chain`.
+
+    `hyper` (a dict of numbers) and `build` (`build(**hyper)` makes the same part again) make
+    a part's hyperparameters values rather than constants: the training step passes them as
+    arguments of its compiled function, so that parts equal but for their numbers share one
+    compilation (as `optax.inject_hyperparams` does). A part without `build` is compared by
+    identity.
     """
 
-    def __new__(cls, init: Callable, update: Callable, name: str = "part"):
+    def __new__(cls, init: Callable, update: Callable, name: str = "part", hyper=None,
+                build: Callable | None = None):
         self = super().__new__(cls, init, update)
-        self.name = name
+        self.name, self.hyper, self.build = name, dict(hyper or {}), build
         return self
+
+    def key(self):
+        """What the compiled step depends on: the builder and the names of the hyperparameters
+        (their values are arguments), or the part itself (by identity) if it has no builder."""
+        if self.build is None:
+            return ("id", _Identity(self))
+        return (self.build, tuple(sorted(self.hyper)))
+
+    def rebuilt(self, hyper) -> "Part":
+        """The same part with the hyperparameters `hyper` (traced values, inside the step)."""
+        return self if self.build is None else self.build(**hyper)
 
     def __repr__(self):
         return self.name
+
+
+class _Identity:
+    """Hashes and compares by identity, and keeps its object alive while it is a key."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
+def value_key(x):
+    """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
+    dtype, shape and bytes), containers of them, and objects by their type and public fields
+    (an inner product's configuration); anything else by identity."""
+    if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
+        return x
+    if isinstance(x, jax.core.Tracer):
+        return ("id", _Identity(x))
+    if isinstance(x, (np.ndarray, np.generic, jax.Array)):
+        a = np.asarray(x)
+        return ("array", a.dtype.str, a.shape, a.tobytes())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(value_key(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple(sorted((k, value_key(v)) for k, v in x.items()))
+    fields = getattr(x, "__dict__", None)
+    if fields is not None and not callable(x):
+        return (type(x),) + tuple(sorted((k, value_key(v)) for k, v in fields.items()
+                                         if not k.startswith("_")))
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("id", _Identity(x))
 
 
 def is_part(x) -> bool:
@@ -164,6 +224,9 @@ class Sharp(Part):
         self.metric = metric
         return self
 
+    def key(self):
+        return ("sharp", value_key(self.metric))
+
 
 def sharp(metric: Metric | None = None) -> Sharp:
     """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None)."""
@@ -181,7 +244,8 @@ def scale_by_momentum(beta: float = 0.9) -> Part:
         m = tree_map(lambda g, t: g + beta * t, updates, state.m)
         return m, MomentumState(m)
 
-    return Part(init, update, f"scale_by_momentum(beta={beta})")
+    return Part(init, update, f"scale_by_momentum(beta={beta})", dict(beta=beta),
+                scale_by_momentum)
 
 
 def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
@@ -190,7 +254,9 @@ def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) 
     check_positive(eps, "eps")
     tx = optax.scale_by_rss(initial_accumulator_value, eps)
     return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})")
+                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})",
+                dict(initial_accumulator_value=initial_accumulator_value, eps=eps),
+                scale_by_adagrad)
 
 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:
@@ -217,7 +283,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part
 
         return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
 
-    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})")
+    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})",
+                dict(b1=b1, b2=b2, eps=eps), scale_by_adam)
 
 
 def scale_by_learning_rate(lr) -> Part:
@@ -228,8 +295,10 @@ def scale_by_learning_rate(lr) -> Part:
     """
     check_learning_rate(lr)
     tx = optax.scale_by_learning_rate(lr)
+    fixed = not callable(lr)  # a schedule is a function: compared by identity, not rebuilt
     return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_learning_rate({lr!r})")
+                f"scale_by_learning_rate({lr!r})", dict(lr=lr) if fixed else None,
+                scale_by_learning_rate if fixed else None)
 
 
 __all__ = ["Part", "is_part", "Sharp", "sharp", "scale_by_momentum", "scale_by_adagrad",

@@ -17,7 +17,7 @@ states): `load` rebuilds its structure from `opt.init(params)` for the optimiser
 fills its leaves, checking that paths, shapes and dtypes agree.
 
 `fit(..., checkpoint_every=N, checkpoint_path=...)` uses these files to continue a run
-exactly (`lenses.fitting`): the file also holds the run's progress (its history, the losses
+exactly (`lenses.training.fit`): the file also holds the run's progress (its history, the losses
 of the epoch in progress, its planned end), under the metadata's "fit" entry.
 """
 
@@ -37,9 +37,10 @@ import optax
 from categories.errors import (CheckpointError, CheckpointMismatch, KindError, ParalensError,
                                SpaceMismatch)
 
-from .learner import TrainState, TrainStep
-from .optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
-from .para_lens import _leaf_shapes, _tree_mismatch, need_lens
+from .state import TrainState
+from .trainer import TrainStep
+from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
+from ..para_lens import _leaf_shapes, _tree_mismatch, need_lens
 
 FORMAT = "paralens-state"
 VERSION = 1
