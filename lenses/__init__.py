@@ -31,7 +31,7 @@ from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
-from .recurrent import Tied, gru_cell, rnn_cell, shift_step, unroll
+from .recurrent import Tied, gru_cell, lstm_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
 from .saved import Saved, load, save
 from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
@@ -51,7 +51,7 @@ __all__ = [
     # sequences, tokens, randomness and recurrence
     "positionwise_dense", "layer_norm", "position_embedding", "attention_core",
     "multi_head_attention", "transformer_block", "Tokens", "Keys", "KEY_SHAPE", "embedding",
-    "dropout", "evaluation", "rnn_cell", "gru_cell", "unroll", "shift_step", "Tied",
+    "dropout", "evaluation", "rnn_cell", "gru_cell", "lstm_cell", "unroll", "shift_step", "Tied",
     # plain lenses
     "Lens", "lens_of", "lens_identity", "as_lens",
     # losses and inner products
