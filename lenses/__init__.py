@@ -13,6 +13,7 @@ from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
                      SlotError, SpaceMismatch, TargetError, TargetTypeError)
+from .external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax
 from .families import LensFamily, family
 from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
@@ -52,6 +53,8 @@ __all__ = [
     "positionwise_dense", "layer_norm", "position_embedding", "attention_core",
     "multi_head_attention", "transformer_block", "Tokens", "Keys", "KEY_SHAPE", "embedding",
     "dropout", "evaluation", "rnn_cell", "gru_cell", "lstm_cell", "unroll", "shift_step", "Tied",
+    # models written elsewhere
+    "from_function", "from_equinox", "to_equinox", "from_flax", "to_flax", "Wrapped",
     # plain lenses
     "Lens", "lens_of", "lens_identity", "as_lens",
     # losses and inner products

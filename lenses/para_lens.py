@@ -45,9 +45,11 @@ tree_map = jax.tree_util.tree_map
 class Affine:
     """Declared by a layer R^n → R^m whose forward part is a ↦ W a + b (`bias=True`, parameter
     (W, b)) or a ↦ W a (parameter W), W of shape (m, n): its Kronecker factors are built from
-    its input a and from the covector at its output W a (+ b)."""
+    its input a and from the covector at its output W a (+ b). `transposed=True`: the slot
+    holds Wᵀ, of shape (n, m), in W's place (a ↦ a Wᵀ, as Flax keeps its kernel)."""
 
     bias: bool
+    transposed: bool = False
 
 
 @dataclass(frozen=True)
