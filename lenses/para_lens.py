@@ -202,6 +202,15 @@ class ParaLens(metaclass=_Builds):
     def __repr__(self) -> str:
         return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param_repr()}"
 
+    def _repr_svg_(self):
+        """Its string diagram as SVG, for notebooks (None, so the text is shown, without
+        matplotlib)."""
+        try:
+            from .diagrams import svg
+            return svg(self)
+        except ImportError:
+            return None
+
     # -- families and fixing -----------------------------------------------------------------
     def is_fixed(self) -> bool:
         """A lens has fixed spaces; a family (`lenses.families`) does not."""
@@ -426,12 +435,13 @@ class Layer(ParaLens):
     """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
     `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
-    `node=True` draws it as a dot, as copy, add and discard are drawn."""
+    `node=True` draws it as a dot, as copy, add and discard are drawn (they say which:
+    `node="copy"`, `"add"`, `"discard"`, so that a drawing may use its own copy boxes)."""
 
     def __init__(self, dom: Space, cod: Space, param: Space, forward: Callable,
                  backward: Callable | None = None, name: str | None = None,
                  init: Callable | None = None, smooth: bool = True, check: bool = True,
-                 structure: Any = None, node: bool = False):
+                 structure: Any = None, node: bool | str = False):
         for what, space in (("domain", dom), ("codomain", cod), ("parameter object", param)):
             if not isinstance(space, Space):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
@@ -490,7 +500,8 @@ class Layer(ParaLens):
 
     def picture(self):
         if self.node and self.param.size == 0:
-            return picture.Dot(self.name, self.dom, self.cod)
+            return picture.Dot(self.name, self.dom, self.cod,
+                               self.node if isinstance(self.node, str) else "node")
         return picture.Boxed(self.name, self.dom, self.cod, self.param)
 
     def atoms(self):
