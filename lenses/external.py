@@ -221,7 +221,8 @@ def from_equinox(module, dom, cod: Space | None = None, name: str | None = None)
     found = jax.tree_util.tree_flatten_with_path(module, is_leaf=is_linear)[0]
     layers = {}
     for path, node in found:
-        if is_linear(node) and isinstance(node.in_features, int) and isinstance(node.out_features, int):
+        # a layer of the shape it says (not "scalar" features, not a stack of layers)
+        if is_linear(node) and jnp.shape(node.weight) == (node.out_features, node.in_features):
             where = _keys(path)
             decl = (Affine(bias=node.use_bias), node.in_features, node.out_features,
                     ".".join(map(str, where)) or "linear")
@@ -296,7 +297,8 @@ def from_flax(module, dom, cod: Space | None = None, name: str | None = None) ->
     paths, leaves = [_keys(p)[:-1] for p, _ in flat], [v for _, v in flat]
     layers = {}
     for where, node in nnx.iter_graph(module):
-        if isinstance(node, nnx.Linear):
+        if isinstance(node, nnx.Linear) and \
+                jnp.shape(node.kernel[...]) == (node.in_features, node.out_features):
             where = tuple(where)
             decl = (Affine(bias=node.use_bias, transposed=True), node.in_features,
                     node.out_features, ".".join(map(str, where)) or "linear")

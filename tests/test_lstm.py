@@ -47,12 +47,25 @@ def data(T, n_in, n_h, dtype, seed=0):
     return q, xs, cov
 
 
+_COMPILED = {}
+
+
+def unrolled(T, n_in, n_h):
+    """The unrolled LSTM and its compiled (values, input covector, parameter covector), made
+    once per shape for the tests of this file (a compilation costs seconds, a call nothing)."""
+    if (T, n_in, n_h) not in _COMPILED:
+        lens = unroll(lstm_cell(n_in, n_h)).at(R(T, n_in))
+        run = jax.jit(lambda xs, q, cov: (lens.forward(xs, q),)
+                      + tuple(c.value for c in lens.backward(xs, q, cov)))
+        _COMPILED[T, n_in, n_h] = lens, run
+    return _COMPILED[T, n_in, n_h]
+
+
 @pytest.mark.parametrize("dtype, tol", [(jnp.float64, 1e-9), (jnp.float32, 2e-5)])
 def test_unrolled_lstm_equals_the_standard_equations_in_values_and_covectors(dtype, tol):
     T, n_in, n_h = 5, 3, 4
-    cell = lstm_cell(n_in, n_h)
-    lens = unroll(cell).at(R(T, n_in))
-    assert lens.cod == R(T, 2, n_h) and lens.param == cell.param and uses(lens) == T
+    lens, run = unrolled(T, n_in, n_h)
+    assert lens.cod == R(T, 2, n_h) and lens.param == lstm_cell(n_in, n_h).param and uses(lens) == T
     q, xs, cov = data(T, n_in, n_h, dtype)
 
     def score(xs, q):  # the covector's pairing with the outputs: its gradient is the pullback
@@ -62,8 +75,7 @@ def test_unrolled_lstm_equals_the_standard_equations_in_values_and_covectors(dty
     # both compiled: one program each instead of hundreds of small dispatches
     hs, cs = jax.jit(lambda xs, q: lstm_by_hand(xs, [q] * T, n_h))(xs, q)
     dx0, dq0 = jax.jit(jax.grad(score, argnums=(0, 1)))(xs, q)
-    out, dx, dq = jax.jit(lambda xs, q, cov: (lens.forward(xs, q),)
-                          + tuple(c.value for c in lens.backward(xs, q, cov)))(xs, q, cov)
+    out, dx, dq = run(xs, q, cov)
     assert out.dtype == dtype
     assert_close(out[:, 0], hs, what="h_t", atol=tol, rtol=tol)
     assert_close(out[:, 1], cs, what="c_t", atol=tol, rtol=tol)
@@ -72,8 +84,8 @@ def test_unrolled_lstm_equals_the_standard_equations_in_values_and_covectors(dty
 
 
 def test_the_tied_slot_of_the_lstm_receives_the_sum_over_time_steps():
-    T, n_in, n_h = 4, 2, 3
-    lens = unroll(lstm_cell(n_in, n_h)).at(R(T, n_in))
+    T, n_in, n_h = 5, 3, 4  # the shape of the test above: its compiled lens serves
+    lens, run = unrolled(T, n_in, n_h)
     q, xs, cov = data(T, n_in, n_h, jnp.float64, seed=1)
 
     def score(per_step):  # one parameter triple per time step: untied
@@ -83,7 +95,7 @@ def test_the_tied_slot_of_the_lstm_receives_the_sum_over_time_steps():
     per_step = jax.jit(jax.grad(score))([q] * T)
     assert all(float(jnp.max(jnp.abs(d[0]))) > 1e-6 for d in per_step)  # each step contributes
     summed = tuple(sum(d[k] for d in per_step) for k in range(3))
-    tied = jax.jit(lambda xs, q, cov: lens.backward(xs, q, cov)[1].value)(xs, q, cov)
+    tied = run(xs, q, cov)[2]
     assert_close(tied, summed, what="tied = Σ_t untied",
                  atol=1e-9, rtol=1e-9)
 
