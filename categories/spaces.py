@@ -131,8 +131,11 @@ class Space:
 
     # -- notation ----------------------------------------------------------------------------
     def latex(self) -> str:
-        """The space in LaTeX mathematical notation (without dollars)."""
-        return _latex_power(r"\mathbb{R}", self.shape)
+        """The space in LaTeX mathematical notation (without dollars); a kind of space that
+        does not say is written as its name, as text."""
+        text = "".join("\\" + c if c in "{}_%&#$" else r"\^{}" if c == "^" else c
+                       for c in repr(self))
+        return r"\text{" + text + "}"
 
     def _repr_latex_(self) -> str:  # how a notebook shows a space
         return f"${self.latex()}$"

@@ -9,6 +9,7 @@ them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `dia
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
+from .discopy_bridge import to_discopy, to_tikz
 from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
@@ -78,5 +79,5 @@ __all__ = [
     "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
-    "describe_slope", "expression", "diagram", "draw",
+    "describe_slope", "expression", "diagram", "draw", "to_discopy", "to_tikz",
 ]

@@ -40,8 +40,8 @@ _BUBBLE: dict = {}
 def _markov():
     try:
         from discopy import markov, monoidal
-    except ImportError:
-        raise KindError("to_discopy needs DisCoPy: pip install 'paralens[diagrams]'") from None
+    except ImportError as e:
+        raise ImportError("to_discopy needs DisCoPy: pip install 'paralens[diagrams]'") from e
     if "markov" not in _BUBBLE:
         # DisCoPy's bubble of a Markov diagram is a plain monoidal one, which no longer
         # composes with Markov diagrams; a bubble that is a Markov box, as DisCoPy writes its

@@ -201,11 +201,12 @@ def _slots(paths: list, layers: dict) -> tuple:
 # -- Equinox ---------------------------------------------------------------------------------
 
 def _need(module: str, extra: str):
+    """The optional framework `module`, or an ImportError saying which extra installs it."""
     import importlib
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise KindError(f"this needs {module}: pip install 'paralens[{extra}]'") from None
+    except ImportError as e:
+        raise ImportError(f"from_{extra} needs {module}: pip install 'paralens[{extra}]'") from e
 
 
 def from_equinox(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:

@@ -771,6 +771,8 @@ class Batched:
     def __repr__(self):
         return f"batched({self.lens!r})"
 
+    _repr_svg_ = ParaLens._repr_svg_
+
 
 def batched(lens):
     """The batch traversal of `lens` (a family gives the family of its members' traversals)."""

@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from categories import R
+from categories import R, Space
 from categories.spaces import OpenBall, OpenBox, Positive
-from lenses import copy, dense, relu, residual, tanh
+from lenses import batched, copy, dense, relu, residual, tanh
 
 formatters = pytest.importorskip("IPython.core.formatters")
 pytest.importorskip("matplotlib")
@@ -31,6 +31,8 @@ def test_a_lens_shows_its_string_diagram_as_svg():
     for box in ("box:dense(3→4)", "box:relu", "box:dense(4→4)", "box:tanh", "node:copy", "node:add"):
         assert box in ids, box
     assert "image/svg+xml" in shown(copy(R(2)))  # a lens without parameters too
+    root = ET.fromstring(shown(batched(dense(2, 2)))["image/svg+xml"])  # and a batch traversal
+    assert "frame:batched: covectors added over the batch" in {el.get("id") for el in root.iter()}
 
 
 @pytest.mark.parametrize("space, latex", [
@@ -46,3 +48,16 @@ def test_a_lens_shows_its_string_diagram_as_svg():
 def test_a_space_shows_in_mathematical_notation(space, latex):
     data = shown(space)
     assert data["text/latex"] == latex and data["text/plain"] == repr(space)
+
+
+class Lattice(Space):
+    """A kind of space that does not say how to write itself in LaTeX."""
+
+    shape = (2,)
+
+    def __repr__(self):
+        return "L_{2}^+ & 50%"
+
+
+def test_a_space_of_a_kind_that_does_not_say_shows_its_name_as_text():
+    assert shown(Lattice())["text/latex"] == r"$\text{L\_\{2\}\^{}+ \& 50\%}$"
