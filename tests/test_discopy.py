@@ -113,3 +113,33 @@ def test_a_family_or_a_non_lens_is_refused():
         to_discopy(tanh)
     with pytest.raises(KindError, match="to_discopy needs a lens"):
         to_discopy(3)
+
+
+def expressions():
+    """Lens expressions R^3 → R^3 of any depth in `>>` and `@` (the product between a copy
+    and an add), each with the DisCoPy diagram built from its leaves' diagrams alone."""
+    from hypothesis import strategies as st
+
+    leaves = st.sampled_from(sorted(ENDOS)).map(lambda k: (ENDOS[k], to_discopy(ENDOS[k])))
+
+    def grow(children):
+        then = st.tuples(children, children).map(lambda ab: (ab[0][0] >> ab[1][0],
+                                                             ab[0][1] >> ab[1][1]))
+        both = st.tuples(children, children).map(lambda ab: (
+            copy(A) >> (ab[0][0] @ ab[1][0]) >> add(A),
+            to_discopy(copy(A)) >> (ab[0][1] @ ab[1][1]) >> to_discopy(add(A))))
+        return then | both
+
+    return st.recursive(leaves, grow, max_leaves=6)
+
+
+def test_to_discopy_is_a_functor_on_expressions_of_any_depth():
+    from hypothesis import given, settings
+
+    @settings(max_examples=25, deadline=None)
+    @given(expressions())
+    def check(pair):
+        lens, built = pair
+        assert to_discopy(lens) == built
+
+    check()
