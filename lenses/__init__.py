@@ -3,7 +3,8 @@
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
 `metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then the learner (`learner`); beside
-them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
+them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`,
+`discopy_bridge`), and models written elsewhere as lenses (`external`: Equinox, Flax, functions).
 """
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
