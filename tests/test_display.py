@@ -22,8 +22,12 @@ def shown(obj):
 
 
 def test_a_lens_shows_its_string_diagram_as_svg():
+    import matplotlib.pyplot as plt
+
     lens = dense(3, 4) >> relu >> residual(dense(4, 4) >> tanh)
+    before = plt.get_fignums()
     data = shown(lens)
+    assert plt.get_fignums() == before  # no pyplot figure left open (nor shown a second time)
     assert data["text/plain"] == repr(lens)
     root = ET.fromstring(data["image/svg+xml"])
     assert root.tag.endswith("svg")
