@@ -82,6 +82,17 @@ def _shape_str(shape) -> str:
     return "R^{" + "×".join(str(s) for s in shape) + "}"
 
 
+def _latex_power(base: str, shape) -> str:
+    """base^{n×m} as LaTeX: R for shape (), R^{n} for (n,), R^{n \\times m} for (n, m)."""
+    if len(shape) == 0:
+        return base
+    return base + "^{" + r" \times ".join(str(s) for s in shape) + "}"
+
+
+def _latex_number(x) -> str:
+    return f"{x:g}".replace("inf", r"\infty")
+
+
 def _describe(x) -> str:
     if x is None:
         return "None"
@@ -117,6 +128,17 @@ class Space:
         if not isinstance(other, Space):
             return NotImplemented
         return Product(self, other)
+
+    # -- notation ----------------------------------------------------------------------------
+    def latex(self) -> str:
+        """The space in LaTeX mathematical notation (without dollars); a kind of space that
+        does not say is written as its name, as text."""
+        text = "".join("\\" + c if c in "{}_%&#$" else r"\^{}" if c == "^" else c
+                       for c in repr(self))
+        return r"\text{" + text + "}"
+
+    def _repr_latex_(self) -> str:  # how a notebook shows a space
+        return f"${self.latex()}$"
 
     # -- points ------------------------------------------------------------------------------
     def zeros(self, dtype=None):
@@ -243,6 +265,9 @@ class R(Space):
     def __repr__(self) -> str:
         return "R^0" if self.is_terminal else _shape_str(self.shape)
 
+    def latex(self) -> str:
+        return r"\mathbb{R}^{0}" if self.is_terminal else _latex_power(r"\mathbb{R}", self.shape)
+
 
 @dataclass(frozen=True, repr=False)
 class OpenBox(Space):
@@ -294,6 +319,16 @@ class OpenBox(Space):
             lo, hi = lo.flat[0], hi.flat[0]
         return f"OpenBox({_tup(lo)}, {_tup(hi)}) ⊆ {_shape_str(self.shape)}"
 
+    def latex(self) -> str:
+        lo, hi = self._bounds()
+        if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):  # a cube
+            interval = f"({_latex_number(lo.flat[0])}, {_latex_number(hi.flat[0])})"
+            return _latex_power(interval, self.shape)
+        if lo.ndim == 1 and lo.size <= 4:  # a few intervals: write them out
+            return r" \times ".join(f"({_latex_number(a)}, {_latex_number(b)})"
+                                     for a, b in zip(lo, hi))
+        return r"\prod_i (l_i, h_i) \subseteq " + _latex_power(r"\mathbb{R}", self.shape)
+
 
 @dataclass(frozen=True, repr=False)
 class OpenBall(Space):
@@ -342,6 +377,12 @@ class OpenBall(Space):
     def __repr__(self) -> str:
         return f"OpenBall({_tup(self._center())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
 
+    def latex(self) -> str:
+        c = self._center()
+        centre = (_latex_number(float(c.flat[0])) if c.size and np.all(c == c.flat[0]) else "c")
+        return (f"B_{{{_latex_number(self.radius)}}}({centre}) \\subseteq "
+                + _latex_power(r"\mathbb{R}", self.shape))
+
 
 @dataclass(frozen=True, repr=False)
 class Positive(Space):
@@ -361,6 +402,9 @@ class Positive(Space):
 
     def __repr__(self) -> str:
         return f"Positive({_shape_str(self.shape)})"
+
+    def latex(self) -> str:
+        return _latex_power(r"\mathbb{R}_{>0}", self.shape)
 
 
 @dataclass(frozen=True, repr=False)
@@ -411,6 +455,12 @@ class Product(Space):
         if not self.factors:
             return "()"
         return " × ".join(f"({f!r})" if isinstance(f, Product) else repr(f) for f in self.factors)
+
+    def latex(self) -> str:
+        if not self.factors:
+            return "()"
+        return r" \times ".join(f"({f.latex()})" if isinstance(f, Product) else f.latex()
+                                 for f in self.factors)
 
 
 def euclidean(space: Space) -> bool:

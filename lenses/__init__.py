@@ -3,16 +3,19 @@
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
 `metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then training (`training`); beside
-them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
+them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`,
+`discopy_bridge`), and models written elsewhere as lenses (`external`: Equinox, Flax, functions).
 """
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression
+from .discopy_bridge import to_discopy, to_tikz
 from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
                      SlotError, SpaceMismatch, TargetError, TargetTypeError)
+from .external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax
 from .families import LensFamily, family
 from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
@@ -29,7 +32,7 @@ from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
-from .recurrent import Tied, gru_cell, rnn_cell, shift_step, unroll
+from .recurrent import Tied, gru_cell, lstm_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
 from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
@@ -50,7 +53,9 @@ __all__ = [
     # sequences, tokens, randomness and recurrence
     "positionwise_dense", "layer_norm", "position_embedding", "attention_core",
     "multi_head_attention", "transformer_block", "Tokens", "Keys", "KEY_SHAPE", "embedding",
-    "dropout", "evaluation", "rnn_cell", "gru_cell", "unroll", "shift_step", "Tied",
+    "dropout", "evaluation", "rnn_cell", "gru_cell", "lstm_cell", "unroll", "shift_step", "Tied",
+    # models written elsewhere
+    "from_function", "from_equinox", "to_equinox", "from_flax", "to_flax", "Wrapped",
     # plain lenses
     "Lens", "lens_of", "lens_identity", "as_lens",
     # losses and inner products
@@ -75,5 +80,5 @@ __all__ = [
     "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
-    "describe_slope", "expression", "diagram", "draw",
+    "describe_slope", "expression", "diagram", "draw", "to_discopy", "to_tikz",
 ]

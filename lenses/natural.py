@@ -264,21 +264,32 @@ def _kind(site):
     return None
 
 
-def _to_theta(kind, t):
-    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W."""
-    return jnp.concatenate([t[0], t[1][:, None]], axis=1) if kind == "dense" else t
+def _to_theta(site, t):
+    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W
+    (a slot holding Wᵀ, `Affine(transposed=True)`, is transposed back)."""
+    W = t[0] if _kind(site) == "dense" else t
+    W = W.T if site.structure.transposed else W
+    return jnp.concatenate([W, t[1][:, None]], axis=1) if _kind(site) == "dense" else W
 
 
-def _from_theta(kind, theta):
-    return (theta[:, :-1], theta[:, -1]) if kind == "dense" else theta
+def _from_theta(site, theta):
+    dense = _kind(site) == "dense"
+    W = theta[:, :-1] if dense else theta
+    W = W.T if site.structure.transposed else W
+    return (W, theta[:, -1]) if dense else W
 
 
-def _theta_to_ravel(kind, m, n_in):
-    """Indices taking the row-major vec of Θ to `ravel((W, b))` order (W row-major, then b)."""
-    if kind != "dense":
+def _theta_to_ravel(site, m, n_in):
+    """Indices taking the row-major vec of Θ to `ravel` order of the slot (W, or Wᵀ when
+    transposed, row-major, then b); None when the two orders agree."""
+    dense, transposed = _kind(site) == "dense", site.structure.transposed
+    if not (dense or transposed):
         return None
-    rows = jnp.arange(m)[:, None] * (n_in + 1)
-    return jnp.concatenate([jnp.ravel(rows + jnp.arange(n_in)[None, :]), rows[:, 0] + n_in])
+    cols = n_in + 1 if dense else n_in
+    rows = jnp.arange(m)[:, None] * cols
+    W = rows + jnp.arange(n_in)[None, :]  # W[i, j]'s place in vec(Θ)
+    W = jnp.ravel(W.T if transposed else W)
+    return jnp.concatenate([W, rows[:, 0] + n_in]) if dense else W
 
 
 class KFAC(_DataMetric):
@@ -364,13 +375,12 @@ class KFAC(_DataMetric):
         for site, f in zip(sites, self._factors(p, None, ctx)):
             if f is None:  # the identity block of the fallback
                 continue
-            kind = _kind(site)
             a, UA = jnp.linalg.eigh(f[0])
             g, UG = jnp.linalg.eigh(f[1])
             # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
             ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + self.damping
-            C = UG.T @ _to_theta(kind, site.get(t)) @ UA
-            out = at_path(out, site.path, _from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
+            C = UG.T @ _to_theta(site, site.get(t)) @ UA
+            out = at_path(out, site.path, _from_theta(site, UG @ (C / ev if sharp else C * ev) @ UA.T))
         return out
 
     def _sharp(self, p, g, ctx):
@@ -389,7 +399,7 @@ class KFAC(_DataMetric):
                 blocks.append(jnp.eye(d))
                 continue
             M = jnp.kron(f[1], f[0])
-            perm = _theta_to_ravel(_kind(site), site.lens.cod.shape[0], site.lens.dom.shape[0])
+            perm = _theta_to_ravel(site, site.lens.cod.shape[0], site.lens.dom.shape[0])
             M = M if perm is None else M[perm][:, perm]
             blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
         return jax.scipy.linalg.block_diag(*blocks)

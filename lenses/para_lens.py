@@ -45,9 +45,11 @@ tree_map = jax.tree_util.tree_map
 class Affine:
     """Declared by a layer R^n → R^m whose forward part is a ↦ W a + b (`bias=True`, parameter
     (W, b)) or a ↦ W a (parameter W), W of shape (m, n): its Kronecker factors are built from
-    its input a and from the covector at its output W a (+ b)."""
+    its input a and from the covector at its output W a (+ b). `transposed=True`: the slot
+    holds Wᵀ, of shape (n, m), in W's place (a ↦ a Wᵀ, as Flax keeps its kernel)."""
 
     bias: bool
+    transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,15 @@ class ParaLens(metaclass=_Builds):
 
     def __repr__(self) -> str:
         return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param_repr()}"
+
+    def _repr_svg_(self):
+        """Its string diagram as SVG, for notebooks (None, so the text is shown, without
+        matplotlib)."""
+        try:
+            from .diagrams import svg
+            return svg(self)
+        except ImportError:
+            return None
 
     # -- families and fixing -----------------------------------------------------------------
     def is_fixed(self) -> bool:
@@ -424,12 +435,13 @@ class Layer(ParaLens):
     """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
     `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
-    `node=True` draws it as a dot, as copy, add and discard are drawn."""
+    `node=True` draws it as a dot, as copy, add and discard are drawn (they say which:
+    `node="copy"`, `"add"`, `"discard"`, so that a drawing may use its own copy boxes)."""
 
     def __init__(self, dom: Space, cod: Space, param: Space, forward: Callable,
                  backward: Callable | None = None, name: str | None = None,
                  init: Callable | None = None, smooth: bool = True, check: bool = True,
-                 structure: Any = None, node: bool = False):
+                 structure: Any = None, node: bool | str = False):
         for what, space in (("domain", dom), ("codomain", cod), ("parameter object", param)):
             if not isinstance(space, Space):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
@@ -488,7 +500,8 @@ class Layer(ParaLens):
 
     def picture(self):
         if self.node and self.param.size == 0:
-            return picture.Dot(self.name, self.dom, self.cod)
+            return picture.Dot(self.name, self.dom, self.cod,
+                               self.node if isinstance(self.node, str) else "node")
         return picture.Boxed(self.name, self.dom, self.cod, self.param)
 
     def atoms(self):
@@ -757,6 +770,8 @@ class Batched:
 
     def __repr__(self):
         return f"batched({self.lens!r})"
+
+    _repr_svg_ = ParaLens._repr_svg_
 
 
 def batched(lens):

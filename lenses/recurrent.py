@@ -1,8 +1,9 @@
 """Recurrence: a cell (x, h) ↦ h' unrolled over a sequence, one set of parameters for every step.
 
-A cell is a lens R^{n_in} × R^{n_h} → R^{n_h} (`rnn_cell`, `gru_cell`). `unroll(cell)` at
-R^{T×n_in} is the lens R^{T×n_in} → R^{T×n_h}, (x_1..x_T) ↦ (h_1..h_T), h_t = cell(x_t, h_{t−1}),
-h_0 = 0, built as
+A cell is a lens R^{n_in} × H → H for a state space H (`rnn_cell`, `gru_cell`: H = R^{n_h};
+`lstm_cell`: H = R^{2×n_h}, the hidden and the cell state as rows). `unroll(cell)` at R^{T×n_in}
+is the lens R^{T×n_in} → R^{T} × H, (x_1..x_T) ↦ (h_1..h_T), h_t = cell(x_t, h_{t−1}), h_0 = 0,
+built as
 
     start ≫ repeat(step, T) ≫ outputs,  tied along Δ_T : P → P^T.
 
@@ -80,6 +81,32 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
                  fwd, name=f"gru_cell({n_in}→{n_hidden})", init=init)
 
 
+def lstm_cell(n_in: int, n_hidden: int) -> Layer:
+    """(x, (h, c)) ↦ (o ⊙ tanh(c'), c') : R^{n_in} × R^{2×n_h} → R^{2×n_h} with c' = f ⊙ c + i ⊙ g,
+    i, f, o = σ(·), g = tanh(·) of the rows of W x + U h + b; parameters (W, U, b) ∈
+    R^{4n_h×n_in} × R^{4n_h×n_h} × R^{4n_h}, gates stacked in the order i, f, g, o. The state's
+    rows are the hidden state h and the cell state c (one space, so that `unroll` carries both)."""
+    m = n_hidden
+
+    def fwd(xs, p):
+        (x, s), (W, U, b) = xs, p
+        h, c = s[0], s[1]
+        z = W @ x + U @ h + b
+        i, f = jax.nn.sigmoid(z[:m]), jax.nn.sigmoid(z[m:2 * m])
+        g, o = jnp.tanh(z[2 * m:3 * m]), jax.nn.sigmoid(z[3 * m:])
+        c2 = f * c + i * g
+        return jnp.stack([o * jnp.tanh(c2), c2])
+
+    def init(k):
+        k1, k2 = jax.random.split(k)
+        # the forget gate's bias starts at 1: the cell state is kept, not forgotten, at first
+        b = jnp.zeros((4 * m,)).at[m:2 * m].set(1.0)
+        return _normal(k1, (4 * m, n_in), n_in), _normal(k2, (4 * m, m), m), b
+
+    return Layer(R(n_in) * R(2, m), R(2, m), Product(R(4 * m, n_in), R(4 * m, m), R(4 * m)),
+                 fwd, name=f"lstm_cell({n_in}→{n_hidden})", init=init)
+
+
 # -- the shift register ----------------------------------------------------------------------------
 
 CELL_PATH = (2, 0)  # where the cell's slot sits in the step's parameter point
@@ -127,14 +154,14 @@ class Tied(Reparam):
 
 def _unroll_at(cell, A: Space):
     (X1, H) = cell.dom.factors
-    n_in, n_h = X1.shape[0], H.shape[0]
+    n_in = X1.shape[0]
     if len(A.shape) != 2 or A.shape[1] != n_in:
         raise TypeError(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
     T = A.shape[0]
-    X, Hs = R(T, n_in), R(T, n_h)
+    X, Hs = R(T, n_in), R(T, *H.shape)
 
     def start(xs, p):
-        return (xs, jnp.zeros((n_h,), xs.dtype)), jnp.zeros((T, n_h), xs.dtype)
+        return (xs, jnp.zeros(H.shape, xs.dtype)), jnp.zeros((T, *H.shape), xs.dtype)
 
     step = shift_step(cell, T)
     chain = (Layer(X, (X * H) * Hs, R(0), start, name="h₀ = 0", node=True)
@@ -152,11 +179,11 @@ def _unroll_at(cell, A: Space):
 
 
 def unroll(cell) -> LensFamily:
-    """The family R^{T×n_in} ↦ (R^{T×n_in} → R^{T×n_h}, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
+    """The family R^{T×n_in} ↦ (R^{T×n_in} → R^T × H, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
     h_0 = 0), parameters those of the cell, tied over the T steps (one `lax.scan`)."""
     if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
         raise TypeError(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
 
-__all__ = ["rnn_cell", "gru_cell", "unroll", "shift_step", "Tied"]
+__all__ = ["rnn_cell", "gru_cell", "lstm_cell", "unroll", "shift_step", "Tied"]

@@ -15,17 +15,17 @@ from .para_lens import Layer, uses
 
 def copy(A: Space) -> Layer:
     """Δ_A : A → A × A, no parameters (R^0); backward: (a'₁, a'₂) ↦ a'₁ + a'₂."""
-    return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node=True)
+    return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node="copy")
 
 
 def discard(A: Space) -> Layer:
     """!_A : A → R^0, no parameters; backward: the zero covector on A."""
-    return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node=True)
+    return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node="discard")
 
 
 def add(A: Space) -> Layer:
     """+ : A × A → A, no parameters; backward: a' ↦ (a', a')."""
-    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node=True)
+    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node="add")
 
 
 __all__ = ["copy", "discard", "add", "uses"]
