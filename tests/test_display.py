@@ -65,3 +65,21 @@ class Lattice(Space):
 
 def test_a_space_of_a_kind_that_does_not_say_shows_its_name_as_text():
     assert shown(Lattice())["text/latex"] == r"$\text{L\_\{2\}\^{}+ \& 50\%}$"
+
+
+def test_a_training_state_and_a_report_show_a_summary():
+    import jax
+    import numpy as np
+
+    from lenses import gd, half_squared_error, train_step
+
+    model = dense(2, 3) >> tanh >> dense(3, 1)
+    step = train_step(model, half_squared_error, gd(0.1))
+    state = step.init(model.init(jax.random.PRNGKey(0)))
+    X, Y = np.ones((4, 2)), np.zeros((4, 1))
+    state, report = step(state, X, Y)
+    html = shown(state)["text/html"]
+    assert "1 steps" in html and "13 parameters in 4 arrays" in html and "fault: none" in html
+    assert f"loss {np.round(report.loss, 6)}" in shown(report)["text/html"]
+    state, report = step(state, np.full((4, 2), np.nan), Y)  # a refused step shows its fault
+    assert "fault: covector at step 2" in shown(state)["text/html"]
