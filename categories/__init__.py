@@ -9,17 +9,17 @@ from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorErr
                      SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
 from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
-from .para import Para, ParaChain, para_identity, para_of, slot_uses, tie, tying_map
-from .smooth import (Smooth, constant, diagonal, discard, fst, identity, pair, projection, scale,
-                     snd, swap)
+from .para import Para, ParaChain, para_identity, para_of, slot_uses, para_tie, tying_map
+from .smooth import (Smooth, constant, diagonal, fst, pair, projection, scale,
+                     smooth_discard, smooth_identity, snd, swap)
 from .spaces import DomainError, OpenBall, OpenBox, Positive, Product, R, Space, euclidean
 
 __all__ = [
     "check_composable",
     "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
     "Covector", "Linear", "Vector", "pairing", "identity_linear", "flatten_value", "unflatten_value", "unwrap",
-    "Para", "ParaChain", "para_identity", "para_of", "tie", "tying_map", "slot_uses",
-    "Smooth", "identity", "pair", "fst", "snd", "projection", "diagonal", "discard", "swap",
+    "Para", "ParaChain", "para_identity", "para_of", "para_tie", "tying_map", "slot_uses",
+    "Smooth", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal", "smooth_discard", "swap",
     "constant", "scale",
     "ParalensError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError", "TargetError",
     "TargetTypeError", "CovectorError", "HyperparameterError", "KindError", "NonFiniteError",

@@ -32,10 +32,10 @@ from .functors import reverse_derivative
 from .linear import Covector, Vector, identity_linear as _identity_linear, pairing, unwrap
 from .para import para_identity as _para_identity
 from .para import slot_uses as _slot_uses
-from .para import tie as _tie
+from .para import para_tie as _tie
 from .para import tying_map as _tying_map
-from .smooth import Smooth, diagonal as _diagonal, discard as _discard, fst as _fst
-from .smooth import identity as _identity, pair as _pair, snd as _snd
+from .smooth import Smooth, diagonal as _diagonal, smooth_discard as _discard, fst as _fst
+from .smooth import smooth_identity as _identity, pair as _pair, snd as _snd
 from .spaces import Product, R
 
 ATOL = 1e-9
