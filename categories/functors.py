@@ -60,7 +60,7 @@ def pullback(f: Smooth, x) -> Linear:
 
 
 def reverse_derivative(f: Smooth) -> Smooth:
-    """R[f] : A × B* → A*, R[f](x, y') = (df_x)*(y'), never forming the Jacobian.
+    """R[f] : A × B* → A*, `R[f](x, y') = (df_x)*(y')`, never forming the Jacobian.
 
     Examples:
         >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")

@@ -14,7 +14,7 @@ call). A law that cannot even be evaluated (the construction raises) is reported
 The reverse-derivative axioms RD.1–RD.7 are those of Cockett et al., "Reverse derivative
 categories" (2020), as restated in Cruttwell, Gavranović, Ghani, Wilson and Zanasi,
 "Categorical Foundations of Gradient-Based Learning" (2022), appendix A; here they are
-stated pointwise for smooth maps between Euclidean spaces, R[f](x, y') = (df_x)*(y').
+stated pointwise for smooth maps between Euclidean spaces, `R[f](x, y') = (df_x)*(y')`.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def check_dual_pairing(A, y, v, *, dual=_dual, atol=ATOL, rtol=RTOL):
 # -- the reverse derivative: axioms RD.1–RD.7 ---------------------------------------------------
 
 def _rev(R, f, x, y):
-    """R[f](x, y'), unwrapped (R[f] is a map A × B* → A*, called on the pair)."""
+    """`R[f](x, y')`, unwrapped (R[f] is a map A × B* → A*, called on the pair)."""
     return unwrap(R(f)((x, y)))
 
 

@@ -289,7 +289,7 @@ class ParaLens(metaclass=_Builds):
         return Parallel(self, other)
 
     def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None):
-        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
+        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); `q' = R[r](q, p')`."""
         return self.lift(lambda lens: Reparam(lens, r, init, name))
 
 
