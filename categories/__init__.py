@@ -8,7 +8,7 @@ from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorErr
                      DomainError, HyperparameterError, KindError, NonFiniteError, ParalensError,
                      ShapeError, SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
-from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
+from .linear import Covector, Linear, Vector, flatten_value, linear_identity, pairing, unflatten_value, unwrap
 from .para import Para, ParaChain, para_identity, para_of, slot_uses, para_tie, tying_map
 from .smooth import (Smooth, constant, diagonal, fst, pair, projection, scale,
                      smooth_discard, smooth_identity, snd, swap)
@@ -22,7 +22,7 @@ __all__ = [
     "Smooth", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal", "smooth_discard",
     "swap", "constant", "scale", "check_composable",
     # spaces and maps: vectors, covectors, linear maps and the functors D and dual
-    "Vector", "Covector", "Linear", "pairing", "identity_linear", "flatten_value",
+    "Vector", "Covector", "Linear", "pairing", "linear_identity", "flatten_value",
     "unflatten_value", "unwrap", "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
     # spaces and maps: parameterised maps (Para) and weight tying
     "Para", "ParaChain", "para_identity", "para_of", "para_tie", "tying_map", "slot_uses",

@@ -227,5 +227,6 @@ class CheckpointMismatch(CheckpointError):
 CATALOGUE = (DomainError, DimensionError, SlotError, SpaceMismatch, ShapeError, TargetError,
              TargetTypeError, CovectorError, HyperparameterError, KindError, NonFiniteError,
              CheckpointError, CheckpointMismatch)
+"""Every error class the library raises on purpose (each a subclass of `ParalensError`)."""
 
 __all__ = ["ParalensError"] + [c.__name__ for c in CATALOGUE] + ["CATALOGUE"]

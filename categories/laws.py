@@ -29,7 +29,7 @@ from .functors import D as _D
 from .functors import dual as _dual
 from .functors import linear_smooth as _linear_smooth
 from .functors import reverse_derivative
-from .linear import Covector, Vector, identity_linear as _identity_linear, pairing, unwrap
+from .linear import Covector, Vector, linear_identity as _linear_identity, pairing, unwrap
 from .para import para_identity as _para_identity
 from .para import slot_uses as _slot_uses
 from .para import para_tie as _tie
@@ -246,7 +246,7 @@ def check_D_composition(f, g, x, v=None, *, D=_D, compose=_then, atol=ATOL, rtol
 @_law
 def check_D_identity(A, x, v=None, *, D=_D, identity=_identity, atol=ATOL, rtol=RTOL):
     """D(1_A)_x = 1 on the tangent space T_xA."""
-    _linear_agree(D(identity(A), x), _identity_linear(A), v, "D(1)_x vs 1", atol, rtol)
+    _linear_agree(D(identity(A), x), _linear_identity(A), v, "D(1)_x vs 1", atol, rtol)
 
 
 @_law
@@ -275,10 +275,10 @@ def check_dual_composition(A, B, y=None, *, dual=_dual, compose=_then, atol=ATOL
 
 
 @_law
-def check_dual_identity(V, y=None, *, dual=_dual, identity_linear=_identity_linear,
+def check_dual_identity(V, y=None, *, dual=_dual, linear_identity=_linear_identity,
                         atol=ATOL, rtol=RTOL):
     """(1_V)* = 1 on V*."""
-    _linear_agree(dual(identity_linear(V)), _identity_linear(V, on="covectors"), y,
+    _linear_agree(dual(linear_identity(V)), _linear_identity(V, on="covectors"), y,
                   "(1_V)* vs 1", atol, rtol)
 
 

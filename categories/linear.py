@@ -266,11 +266,11 @@ class Linear:
         return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
 
 
-def identity_linear(space: Space, on="vectors") -> Linear:
+def linear_identity(space: Space, on="vectors") -> Linear:
     """1 : T_A → T_A, the identity of the tangent space of `space` (`on="covectors"`: of T*_A).
 
     Examples:
-        >>> unwrap(identity_linear(R(2))(Vector(jnp.array([1.0, 2.0])))).tolist()
+        >>> unwrap(linear_identity(R(2))(Vector(jnp.array([1.0, 2.0])))).tolist()
         [1.0, 2.0]
     """
     return Linear(space, space, lambda v: v, transpose=lambda v: v, on=on, name="id")

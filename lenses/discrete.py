@@ -34,6 +34,7 @@ from .families import LensFamily, family
 from .para_lens import Layer
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+"""The shape of the raw data of a PRNG key (`Keys()` is the space of such keys)."""
 
 
 @dataclass(frozen=True, repr=False)

@@ -102,14 +102,22 @@ def _elementwise(name: str, g, smooth=True) -> LensFamily:
 
 
 identity = _elementwise("id", lambda x: x)
+"""1_A : A → A for every A, no parameters: the family of identity layers (`identity.at(R(3))`)."""
 tanh = _elementwise("tanh", jnp.tanh)
+"""x ↦ tanh(x) elementwise : A → A for every A, no parameters (a family fixed by its neighbour)."""
 sigmoid = _elementwise("sigmoid", jax.nn.sigmoid)
+"""x ↦ 1 / (1 + e^{−x}) elementwise : A → A for every A, no parameters."""
 softplus = _elementwise("softplus", jax.nn.softplus)
+"""x ↦ log(1 + e^x) elementwise : A → A for every A, no parameters."""
 gelu = _elementwise("gelu", lambda x: jax.nn.gelu(x, approximate=False))
+"""x ↦ x Φ(x) elementwise (Φ the standard normal CDF) : A → A for every A, no parameters."""
 # relu is not smooth at 0, so it lies outside the theory's setting; JAX (and this library)
 # uses the derivative 0 there, the one-sided choice that keeps a dead unit dead.
 relu = _elementwise("relu", jax.nn.relu, smooth=False)
+"""x ↦ max(x, 0) elementwise : A → A for every A, no parameters; not smooth at 0 (`relu.smooth`
+is False), where its derivative is taken to be 0."""
 softmax = _elementwise("softmax", lambda x: jax.nn.softmax(x, axis=-1))
+"""x ↦ e^x / Σ e^x over the last axis : A → A for every A, no parameters."""
 
 
 def activation(name: str, g, smooth: bool = True) -> LensFamily:
@@ -233,6 +241,7 @@ def _flatten_at(A: Space) -> Layer:
 
 
 flatten = family(_flatten_at, "flatten")
+"""x ↦ x as one flat vector : A → R^{size A} for every A, no parameters."""
 
 
 def _residual(block):

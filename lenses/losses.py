@@ -395,8 +395,13 @@ class BinaryCrossEntropy(LossFamily):
 
 
 half_squared_error = HalfSquaredError()
+"""The family y ↦ (ŷ ↦ ½‖ŷ − y‖²) (see `HalfSquaredError`)."""
 softmax_cross_entropy = SoftmaxCrossEntropy()
+"""The family y ↦ (z ↦ −log softmax(z)_y), for class labels or probability vectors (see
+`SoftmaxCrossEntropy`; `softmax_cross_entropy(classes=k)` fixes the number of classes)."""
 binary_cross_entropy = BinaryCrossEntropy()
+"""The family y ↦ (z ↦ −Σ_i [y_i log σ(z_i) + (1 − y_i) log(1 − σ(z_i))]) on logits (see
+`BinaryCrossEntropy`)."""
 
 
 # -- families given as functions -----------------------------------------------------------------

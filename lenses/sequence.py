@@ -238,6 +238,7 @@ class SequenceCrossEntropy(LossFamily):
 
 
 sequence_cross_entropy = SequenceCrossEntropy()
+"""The family y ↦ (Z ↦ (1/T) Σ_t −log softmax(Z_t)_{y_t}) (see `SequenceCrossEntropy`)."""
 
 
 __all__ = ["SequenceCrossEntropy", "positionwise_dense", "layer_norm", "position_embedding", "attention_core",

@@ -16,9 +16,10 @@ PACKAGES = (categories, lenses)
 #: Names that left the public API when each thing got one way to be done (the library is at
 #: 0.1: no shims). `gd(lr, metric)` is the update map; `sharp` is the sharp part;
 #: `categories.flatten_value`/`unflatten_value` flatten a point; the smooth-map identity and
-#: discard are `categories.smooth_identity`/`smooth_discard` and Para's tying `para_tie`.
+#: discard are `categories.smooth_identity`/`smooth_discard`, Para's tying `para_tie`, and the
+#: identity of a tangent space `linear_identity` (as `smooth_`, `para_`, `lens_identity`).
 REMOVED = {lenses: {"update", "Update", "sharp_transform", "ravel", "unflatten_like"},
-           categories: {"identity", "discard", "tie"}}
+           categories: {"identity", "discard", "tie", "identity_linear"}}
 
 
 def _public():
