@@ -105,7 +105,13 @@ def _describe(x) -> str:
 
 
 class Space:
-    """An open subset of R^shape (abstract base)."""
+    """An open subset of R^shape (abstract base).
+
+    Examples:
+        >>> A = OpenBox(0.0, 1.0, (2,))
+        >>> isinstance(A, Space), A.shape, A.contains(jnp.array([0.5, 0.5])), A.contains(jnp.array([0.5, 1.0]))
+        (True, (2,), True, False)
+    """
 
     shape: tuple = ()
 
@@ -225,7 +231,14 @@ def _freeze(a):
 
 @dataclass(frozen=True, repr=False)
 class R(Space):
-    """Euclidean space R^shape. `R()` is the real line, `R(0)` the terminal object {None}."""
+    """Euclidean space R^shape. `R()` is the real line, `R(0)` the terminal object {None}.
+
+    Examples:
+        >>> R(2, 3), R(), R(0)
+        (R^{2×3}, R, R^0)
+        >>> R(3).contains(jnp.zeros(3)), R(0).contains(None)
+        (True, True)
+    """
 
     shape: tuple
 
@@ -271,7 +284,13 @@ class R(Space):
 
 @dataclass(frozen=True, repr=False)
 class OpenBox(Space):
-    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`)."""
+    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`).
+
+    Examples:
+        >>> B = OpenBox(-1.0, 1.0, (2,))
+        >>> B.contains(jnp.array([0.0, 0.9])), B.contains(jnp.array([0.0, 1.0]))
+        (True, False)
+    """
 
     low: Any
     high: Any
@@ -332,7 +351,13 @@ class OpenBox(Space):
 
 @dataclass(frozen=True, repr=False)
 class OpenBall(Space):
-    """The open ball {x : ‖x − center‖ < radius} ⊆ R^shape."""
+    """The open ball {x : ‖x − center‖ < radius} ⊆ R^shape.
+
+    Examples:
+        >>> B = OpenBall([0.0, 0.0], 1.0)
+        >>> B.contains(jnp.array([0.6, 0.6])), B.contains(jnp.array([0.8, 0.8]))
+        (True, False)
+    """
 
     center: Any
     radius: float
@@ -386,7 +411,12 @@ class OpenBall(Space):
 
 @dataclass(frozen=True, repr=False)
 class Positive(Space):
-    """The open positive orthant {x : x_i > 0} ⊆ R^shape."""
+    """The open positive orthant {x : x_i > 0} ⊆ R^shape.
+
+    Examples:
+        >>> Positive(2).contains(jnp.array([1.0, 2.0])), Positive(2).contains(jnp.array([1.0, 0.0]))
+        (True, False)
+    """
 
     shape: tuple
 
@@ -409,7 +439,13 @@ class Positive(Space):
 
 @dataclass(frozen=True, repr=False)
 class Product(Space):
-    """The product A_1 × ... × A_n; its points are tuples (a_1, ..., a_n)."""
+    """The product A_1 × ... × A_n; its points are tuples (a_1, ..., a_n).
+
+    Examples:
+        >>> P = Product(R(2), Positive())
+        >>> P == R(2) * Positive(), P.contains((jnp.zeros(2), jnp.asarray(1.0)))
+        (True, True)
+    """
 
     factors: tuple
 
@@ -464,7 +500,12 @@ class Product(Space):
 
 
 def euclidean(space: Space) -> bool:
-    """Is the space a vector space (R^n or a product of them), so that sums of points make sense?"""
+    """Is the space a vector space (R^n or a product of them), so that sums of points make sense?
+
+    Examples:
+        >>> euclidean(R(2) * R(3)), euclidean(Positive(2))
+        (True, False)
+    """
     if isinstance(space, Product):
         return all(euclidean(f) for f in space.factors)
     return isinstance(space, R)

@@ -79,8 +79,9 @@ import numpy as np
 from jax import lax
 from sklearn.datasets import load_digits, load_iris
 
+from categories import flatten_value
 from lenses import (KFAC, Context, Diagonal, Euclidean, Fisher, GaussNewton, TrainStep, dL, dense,
-                    gd, half_squared_error, linear, ravel, softmax_cross_entropy, tanh)
+                    gd, half_squared_error, linear, softmax_cross_entropy, tanh)
 
 SEEDS = range(5)
 plt.rcParams["figure.dpi"] = 72  # figures small enough to commit with the notebook
@@ -257,13 +258,13 @@ p = logreg.init(jax.random.PRNGKey(0))
 ctx = Context(logreg, fam3, Xi, yi, "mean")
 
 
-def hand_loss(theta):  # mean cross-entropy, with (W, b) read off ravel order: W row-major, then b
+def hand_loss(theta):  # mean cross-entropy; (W, b) in flatten_value's order: W row-major, then b
     W, b = theta[:12].reshape(3, 4), theta[12:]
     z = Xi @ W.T + b[None, :]
     return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(len(yi)), yi])
 
 
-H = jax.hessian(hand_loss)(ravel(p))
+H = jax.hessian(hand_loss)(flatten_value(p, logreg.param))
 G_gn, G_f = GaussNewton(damping=0.0).matrix(p, ctx), Fisher(damping=0.0).matrix(p, ctx)
 scale = float(jnp.max(jnp.abs(H)))
 print(f"max |GaussNewton − Hessian| = {float(jnp.max(jnp.abs(G_gn - H))):.1e}, "
@@ -401,9 +402,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_iris
 
-from categories import R, Smooth
+from categories import R, Smooth, flatten_value, unflatten_value
 from lenses import (Context, Euclidean, Fisher, GaussNewton, batch_loss, batched,
-                    binary_cross_entropy, dL, dense, gd, ravel, tanh, train_step, unflatten_like)
+                    binary_cross_entropy, dL, dense, gd, tanh, train_step)
 
 plt.rcParams["figure.dpi"] = 72
 data, species = load_iris(return_X_y=True)
@@ -413,14 +414,14 @@ Y = (species[keep] == 2).astype(float)[:, None]
 model = dense(4, 1)  # logistic regression: P(virginica | x) = σ(w·x + b)
 family = binary_cross_entropy
 theta0 = model.init(jax.random.PRNGKey(0))
-d = ravel(theta0).size
+d = flatten_value(theta0, model.param).size
 
 rng = np.random.default_rng(0)
 Q1, Q2 = (np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(2))
 M = Q1 @ np.diag(np.logspace(-0.5, 0.5, d)) @ Q2.T  # invertible, singular values 0.3 … 3.2
-r = Smooth(R(d), model.param, lambda phi: unflatten_like(jnp.asarray(M) @ phi, theta0), name="M")
+r = Smooth(R(d), model.param, lambda phi: unflatten_value(jnp.asarray(M) @ phi, model.param), name="M")
 other = model.reparam(r, name="the same model in φ = M⁻¹θ")
-phi0 = jnp.asarray(np.linalg.solve(M, np.asarray(ravel(theta0))))
+phi0 = jnp.asarray(np.linalg.solve(M, np.asarray(flatten_value(theta0, model.param))))
 print(f"{model.name}: d = {d} parameters; M has condition number {np.linalg.cond(M):.1f}")
 same = np.abs(np.asarray(batched(other).forward(X, phi0)) - np.asarray(batched(model).forward(X, theta0)))
 print(f"the two lenses compute the same outputs at φ0 and θ0 = Mφ0: max difference {same.max():.1e}")
@@ -433,7 +434,7 @@ lens's backward part and compared with the transpose written by hand:
     code("""
 loss = batch_loss(family, Y, "mean")
 out, pull = batched(model).vjp(X, theta0)
-theta_cov = ravel(pull(dL(loss, out))[1].value)
+theta_cov = flatten_value(pull(dL(loss, out))[1].value, model.param)
 out, pull = batched(other).vjp(X, phi0)
 phi_cov = pull(dL(loss, out))[1].value
 gap = float(np.max(np.abs(np.asarray(phi_cov) - M.T @ np.asarray(theta_cov))))
@@ -452,11 +453,11 @@ STEPS = 25
 
 def trajectory(lens, p0, metric, lr):
     step = train_step(lens, family, gd(lr, metric=metric))
-    state, points, losses = step.init(p0), [ravel(p0)], []
+    state, points, losses = step.init(p0), [flatten_value(p0, lens.param)], []
     for _ in range(STEPS):
         state, report = step(state, X, Y)
         losses.append(float(report.loss))
-        points.append(ravel(state.params))
+        points.append(flatten_value(state.params, lens.param))
     return np.array(points), np.array(losses)
 
 

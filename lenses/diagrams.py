@@ -32,7 +32,12 @@ def _has_params(space) -> bool:
 
 def expression(lens, types: bool = True) -> str:
     """The lens as a term in ≫ (then) and ⊗ (parallel); with `types`, its type, its
-    parameter object and the type of each component."""
+    parameter object and the type of each component.
+
+    Examples:
+        >>> print(expression(dense(2, 3) >> tanh >> dense(3, 1), types=False))
+        dense(2→3) ≫ tanh ≫ dense(3→1)
+    """
     term = lens.term()
     if not types:
         return term
@@ -349,7 +354,16 @@ def render(lay: Layout) -> str:
 
 def diagram(lens) -> str:
     """The string diagram of `lens` as text: boxes left to right, wires labelled with their
-    spaces, parameter wires from above labelled with the parameter object."""
+    spaces, parameter wires from above labelled with the parameter object.
+
+    Examples:
+        >>> print(diagram(dense(2, 3) >> tanh))
+                 R^{3×2} × R^3
+                       │
+                 ┌─────┴──────┐         ┌──────┐
+        R^2 ─────┤ dense(2→3) ├─ R^3 ───┤ tanh ├───── R^3
+                 └────────────┘         └──────┘
+    """
     return render(full_layout(lens))
 
 
@@ -357,7 +371,13 @@ def diagram(lens) -> str:
 
 def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     """The string diagram of `lens` as a matplotlib figure (returned); with `backward`, the
-    backward part's direction as arrows right to left (and up the parameter wires)."""
+    backward part's direction as arrows right to left (and up the parameter wires).
+
+    Examples:
+        >>> fig = draw(dense(2, 3) >> tanh >> dense(3, 1))
+        >>> type(fig).__name__
+        'Figure'
+    """
     import matplotlib.pyplot as plt  # optional dependency: imported only when drawing
     from matplotlib.patches import FancyBboxPatch, Rectangle
 

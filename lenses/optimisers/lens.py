@@ -291,15 +291,15 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
 class Update(Optimiser):
     """The plain update u(p) = p − η (p')♯ (S = R^0): chain(sharp(metric), scale_by_learning_rate(lr)).
 
-    `gd(lr, metric)` and `update(metric, lr)` both build it; it steps as an optimiser and, called
+    `gd(lr, metric)` builds it; it steps as an optimiser and, called
     as u(p, p'), returns the new point.
     """
 
     def __init__(self, metric=None, lr=1e-2, on_domain_error: str = "raise",
                  max_halvings: int = 30):
-        first = sharp(metric)  # the metric is checked first: update(metric, lr) names it first
+        first = sharp(metric)
         if callable(lr):
-            raise KindError("gd and update take a fixed learning rate (u has no state); for a "
+            raise KindError("gd takes a fixed learning rate (u has no state); for a "
                             "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
         check_learning_rate(lr)
         self.lr = lr

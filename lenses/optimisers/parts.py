@@ -229,12 +229,28 @@ class Sharp(Part):
 
 
 def sharp(metric: Metric | None = None) -> Sharp:
-    """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None)."""
+    """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None).
+
+    Examples:
+        >>> part = sharp(Diagonal(2.0))
+        >>> updates, _ = part.update(Covector(jnp.array([1.0, 4.0])), part.init(None))
+        >>> unwrap(updates).tolist()
+        [0.5, 2.0]
+    """
     return Sharp(metric)
 
 
 def scale_by_momentum(beta: float = 0.9) -> Part:
-    """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`)."""
+    """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`).
+
+    Examples:
+        >>> part = scale_by_momentum(0.5)
+        >>> v = jnp.array([1.0])
+        >>> m1, s = part.update(v, part.init(v))
+        >>> m2, s = part.update(v, s)
+        >>> m1.tolist(), m2.tolist()
+        ([1.0], [1.5])
+    """
     check_decay(beta, "beta")
 
     def init(params):
@@ -249,7 +265,15 @@ def scale_by_momentum(beta: float = 0.9) -> Part:
 
 
 def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
-    """Adagrad's rescaling: G ← G + v², v ↦ v / √(G + ε) (0 where G = 0): optax's `scale_by_rss`."""
+    """Adagrad's rescaling: G ← G + v², v ↦ v / √(G + ε) (0 where G = 0): optax's `scale_by_rss`.
+
+    Examples:
+        >>> part = scale_by_adagrad(initial_accumulator_value=0.0)
+        >>> v = jnp.array([3.0])
+        >>> u, s = part.update(v, part.init(v))
+        >>> print(np.round(u, 4))
+        [1.]
+    """
     check_non_negative(initial_accumulator_value, "initial_accumulator_value")
     check_positive(eps, "eps")
     tx = optax.scale_by_rss(initial_accumulator_value, eps)
@@ -262,7 +286,15 @@ def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:
     """Adam's rescaling: μ ← b1 μ + (1−b1) v, ν ← b2 ν + (1−b2) v², v ↦ μ̂ / (√ν̂ + ε), with
     the bias corrections μ̂ = μ / (1 − b1^t), ν̂ = ν / (1 − b2^t). Within rounding,
-    `optax.scale_by_adam(b1, b2, eps)`."""
+    `optax.scale_by_adam(b1, b2, eps)`.
+
+    Examples:
+        >>> part = scale_by_adam()
+        >>> v = jnp.array([0.5, -2.0])
+        >>> u, s = part.update(v, part.init(v))
+        >>> print(np.round(u, 4))
+        [ 1. -1.]
+    """
     check_decay(b1, "b1")
     check_decay(b2, "b2")
     check_positive(eps, "eps")
@@ -292,6 +324,12 @@ def scale_by_learning_rate(lr) -> Part:
 
     `lr` is a finite number > 0, or a schedule (a callable count ↦ rate, as in optax; the
     part then keeps the count as its state). optax's own `scale_by_learning_rate`.
+
+    Examples:
+        >>> part = scale_by_learning_rate(0.1)
+        >>> u, _ = part.update(jnp.array([1.0, 2.0]), part.init(None))
+        >>> print(np.round(u, 4))
+        [-0.1 -0.2]
     """
     check_learning_rate(lr)
     tx = optax.scale_by_learning_rate(lr)

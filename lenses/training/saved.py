@@ -284,7 +284,7 @@ def load(path, model, opt=None) -> Saved:
         if meta["opt_state"]:
             raise CheckpointMismatch(f"{os.fspath(path)!r} holds the state of the optimiser "
                                      f"{meta.get('optimiser')}: pass that optimiser to load")
-        opt_template = EmptyState()  # the state of a stateless optimiser (gd, update)
+        opt_template = EmptyState()  # the state of a stateless optimiser (gd)
     else:
         opt_template = opt.init(params)
     if str(jax.tree_util.tree_structure(opt_template)) != meta["opt_state_tree"]:
