@@ -50,7 +50,7 @@ class Affine:
 
     Examples:
         >>> [site.structure for site in (dense(2, 3) >> tanh >> linear(3, 1)).sites()]
-        [Affine(bias=True), Affine(bias=False)]
+        [Affine(bias=True, transposed=False), Affine(bias=False, transposed=False)]
     """
 
     bias: bool

@@ -23,10 +23,7 @@ import lenses
 #: Names whose docstring examples the lead adds with the training engine's rewrite: they are
 #: defined in lenses/learner.py, lenses/fitting.py, lenses/saved.py and
 #: lenses/optimisers/lens.py (`chain` too). Empty it as they gain examples.
-LEAD_ADDS_EXAMPLES = {"TrainStep", "TrainState", "Report", "train_step", "fit", "epoch_order",
-                      "predict", "accuracy", "save", "load", "Saved", "Optimiser", "chain"}
-LEAD_MODULES = {"lenses.learner", "lenses.fitting", "lenses.saved", "lenses.optimisers.lens",
-                "lenses.optimisers.faults"}
+LEAD_ADDS_EXAMPLES: set = set()
 
 
 def _modules():

@@ -82,6 +82,21 @@ class Optimiser:
 
     The state holds the states of the parts that hold anything (see the module docstring);
     the lookahead with `lookahead=True` calls the parts after sharp without `ctx`.
+
+    Optimisers are equal by value: the same parts with the same numbers (`key` leaves the
+    numbers out: optimisers with equal keys share a compiled training step).
+
+    Examples:
+        Adam's first step moves each coordinate by the learning rate against the sign of
+        its covector:
+
+        >>> opt = adam(0.1)
+        >>> p = jnp.zeros(2)
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([3.0, -0.5])))
+        >>> p.round(4).tolist()
+        [-0.1, 0.1]
+        >>> adam(0.1) == adam(0.1), adam(0.1) == adam(0.2), adam(0.1).key() == adam(0.2).key()
+        (True, False, True)
     """
 
     def __init__(self, parts: Sequence, lookahead: bool | Callable = False,
@@ -284,6 +299,11 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
 
     `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr))` is `adam(lr, metric=m)`;
     `lookahead=True` takes the covector at the inertial point (see `Optimiser`).
+
+    Examples:
+        >>> opt = chain(sharp(), scale_by_learning_rate(0.5))
+        >>> opt == gd(0.5), opt.hyperparams()
+        (True, ({}, {'lr': 0.5}))
     """
     return Optimiser(parts, lookahead, on_domain_error, max_halvings, name)
 

@@ -117,8 +117,8 @@ class _Identity:
 
 def value_key(x):
     """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
-    dtype, shape and bytes), containers of them, and objects by their type and public fields
-    (an inner product's configuration); anything else by identity."""
+    dtype, shape and bytes), containers of them, and inner products by their type and public
+    fields; anything else by its own equality if it is hashable, else by identity."""
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
         return x
     if isinstance(x, jax.core.Tracer):
@@ -130,9 +130,8 @@ def value_key(x):
         return (type(x).__name__,) + tuple(value_key(v) for v in x)
     if isinstance(x, dict):
         return ("dict",) + tuple(sorted((k, value_key(v)) for k, v in x.items()))
-    fields = getattr(x, "__dict__", None)
-    if fields is not None and not callable(x):
-        return (type(x),) + tuple(sorted((k, value_key(v)) for k, v in fields.items()
+    if isinstance(x, Metric):  # an inner product: its type and its public configuration
+        return (type(x),) + tuple(sorted((k, value_key(v)) for k, v in vars(x).items()
                                          if not k.startswith("_")))
     try:
         hash(x)

@@ -19,7 +19,12 @@ _predictors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def predict(model, params, X):
     """The batched forward pass f(X, p) (compiled once per model and shapes). X is checked
     against the model's domain (`ShapeError`) and p against its parameter object
-    (`DomainError`) before anything is compiled."""
+    (`DomainError`) before anything is compiled.
+
+    Examples:
+        >>> predict(dense(2, 1), (jnp.ones((1, 2)), jnp.zeros(1)), jnp.ones((3, 2))).tolist()
+        [[2.0], [2.0], [2.0]]
+    """
     need_lens(model, "predict")
     model = model.fixed("predict")
     check_batch(model.dom, X, f"predict({model.name})", concrete_values=True)
@@ -35,7 +40,13 @@ def accuracy(model, params, X, Y) -> float:
     """Fraction of examples whose largest output is the label (Y integer labels or one-hot).
 
     The model must be a classifier with outputs R^k, k ≥ 2; Y either n integer labels in
-    [0, k) or an (n, k) array of one-hot (or probability) rows; else `TargetError`."""
+    [0, k) or an (n, k) array of one-hot (or probability) rows; else `TargetError`.
+
+    Examples:
+        >>> p = (jnp.eye(2), jnp.zeros(2))  # the largest input is the class
+        >>> accuracy(dense(2, 2), p, np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 2.0]]), [0, 1, 0])
+        0.6666666666666666
+    """
     need_lens(model, "accuracy")
     model = model.fixed("accuracy")
     labels = check_labels(model, X, Y)

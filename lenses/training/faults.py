@@ -24,7 +24,12 @@ from ..optimisers import finite_flags
 
 
 class Fault(enum.IntEnum):
-    """The kinds of refusal a state records (`TrainState.fault[0]`)."""
+    """The kinds of refusal a state records (`TrainState.fault[0]`).
+
+    Examples:
+        >>> Fault(4).name, int(Fault.OUTSIDE)
+        ('TARGET', 3)
+    """
 
     NONE = 0
     COVECTOR = 1     #: a covector with NaN or infinity

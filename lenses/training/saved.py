@@ -50,7 +50,12 @@ _META, _SUM = "paralens", "paralens.sha256"
 class Saved(NamedTuple):
     """What `load` returns: the `TrainState`, the RNG key saved with it (None if none was),
     and `info`, the file's description (model expression, parameter object, optimiser, and,
-    for a checkpoint written by `fit`, the run's progress under "fit")."""
+    for a checkpoint written by `fit`, the run's progress under "fit").
+
+    Examples:
+        >>> Saved._fields
+        ('state', 'key', 'info')
+    """
 
     state: TrainState
     key: Any
@@ -134,7 +139,19 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
-    `extra_arrays` are what `fit` records of a run's progress."""
+    `extra_arrays` are what `fit` records of a run's progress. A point outside the parameter
+    object (NaN, infinity, outside an open set) is refused here (`DomainError`), since `load`
+    would refuse the file.
+
+    Examples:
+        >>> import os, tempfile
+        >>> model = dense(2, 1)
+        >>> step = train_step(model, half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> path = save(os.path.join(tempfile.mkdtemp(), "run.st"), state, model, gd(0.1))
+        >>> load(path, model, gd(0.1)).state.params[1].tolist()
+        [1.0]
+    """
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
             not isinstance(os.fspath(path), str):
         raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
@@ -144,6 +161,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     model = _fixed(model)
     names = slot_names(model)
     check_params(model.param, state.params, names)
+    model.param.check(state.params, "the parameters to save")
     why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
     if why:
         raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
@@ -259,7 +277,19 @@ def load(path, model, opt=None) -> Saved:
 
     Refuses, before returning anything: an unreadable, truncated or damaged file
     (`CheckpointError`), a file saved for another model or optimiser (`CheckpointMismatch`,
-    naming the first slot that differs), a saved point outside the parameter object."""
+    naming the first slot that differs), a saved point outside the parameter object.
+
+    Examples:
+        >>> import os, tempfile
+        >>> model = dense(2, 1)
+        >>> state = train_step(model, half_squared_error, adam(0.1)).init(
+        ...     (jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> path = save(os.path.join(tempfile.mkdtemp(), "run.st"), state, model, adam(0.1),
+        ...             jax.random.PRNGKey(3))
+        >>> saved = load(path, model, adam(0.1))
+        >>> int(saved.state.count), saved.key.tolist(), saved.info["param_space"]
+        (0, [0, 3], 'R^{1×2} × R^1')
+    """
     model = _fixed(model)
     opt = _as_optimiser(opt)
     meta, tensors = _read(path)

@@ -78,7 +78,15 @@ def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
 
     It is drawn on the host (numpy's generator seeded by the key's data and the epoch): XLA's
     sort on the CPU, which an on-device shuffle needs, costs more than an epoch of small
-    steps; the indices travel to the device with the chunk."""
+    steps; the indices travel to the device with the chunk.
+
+    Examples:
+        >>> order = epoch_order(0, 1, 7, 2)
+        >>> order.shape, len(set(order.ravel().tolist())), bool(np.all(order < 7))
+        ((3, 2), 6, True)
+        >>> bool(np.array_equal(order, epoch_order(0, 1, 7, 2)))
+        True
+    """
     seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [int(epoch)])
     steps = n // batch_size
     perm = np.random.default_rng(seed).permutation(n)

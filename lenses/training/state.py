@@ -20,7 +20,17 @@ class TrainState(NamedTuple):
     """(parameters p, optimiser state s, number of steps taken, first fault not yet seen).
 
     `fault` is (kind, step, slot), kind a `Fault` (0: none), `step` the number (from 1) of
-    the refused step and `slot` the parameter slot (for a refused target: the example)."""
+    the refused step and `slot` the parameter slot (for a refused target: the example).
+
+    Examples:
+        >>> state = TrainState(jnp.zeros(2), (), jnp.asarray(3), jnp.zeros(3, jnp.int32))
+        >>> state.check() is state
+        True
+        >>> state._replace(fault=jnp.array([1, 4, 0], jnp.int32)).check()
+        Traceback (most recent call last):
+        ...
+        categories.errors.NonFiniteError: step 4: the covector of slot 0 contains NaN or infinity; ...
+    """
 
     params: Any
     opt_state: Any
@@ -54,7 +64,17 @@ class Report:
     point and max |p'_i| (None: nothing can move), arrays over the steps of a chunk.
 
     Reading either is a synchronisation point: a fault recorded in the state the step reached
-    (by this step or an earlier one) is raised first, naming the step and the slot."""
+    (by this step or an earlier one) is raised first, naming the step and the slot.
+
+    Examples:
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step(state, jnp.ones((4, 2)), jnp.full((4, 1), jnp.nan))
+        >>> report.loss
+        Traceback (most recent call last):
+        ...
+        categories.errors.NonFiniteError: step 1: the covector of slot 0 (dense(2→1)) contains NaN or infinity; ...
+    """
 
     __slots__ = ("_summary", "_host", "_state", "_moves", "_describe")
 

@@ -34,7 +34,18 @@ class TrainStep:
     """(state, X, Y) ↦ (state', report): one checked step of learning for a model A → B with
     parameter object P, a loss family on B and an optimiser, compiled once per signature
     (and shared by every `TrainStep` over an equal loss family and an optimiser equal but for
-    its numbers: a sweep of learning rates compiles once)."""
+    its numbers: a sweep of learning rates compiles once).
+
+    Examples:
+        Residual r = w·x + b with x = (1, 1) and target 0: each step of gd(0.1) takes r to
+        0.7 r, so the losses ½ r² are 0.5, 0.245, 0.12005.
+
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step.run(state, jnp.ones((3, 4, 2)), jnp.zeros((3, 4, 1)))
+        >>> int(state.count), report.loss.round(5).tolist()
+        (3, [0.5, 0.245, 0.12005])
+    """
 
     def __init__(self, model, loss_family, opt, reduction: str = "mean", mesh=None,
                  axis: str | None = None):
@@ -170,7 +181,15 @@ def _steps(stack, name: str) -> int:
 
 
 def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis=None) -> TrainStep:
-    """The checked step (state, X, Y) ↦ (state', report) for `model` under `loss_family`."""
+    """The checked step (state, X, Y) ↦ (state', report) for `model` under `loss_family`.
+
+    Examples:
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step(state, jnp.ones((4, 2)), jnp.zeros((4, 1)))
+        >>> int(state.count), float(report.loss), float(report.largest_slope)
+        (1, 0.5, 1.0)
+    """
     return TrainStep(model, loss_family, opt, reduction, mesh, axis)
 
 
