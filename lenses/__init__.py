@@ -2,8 +2,9 @@
 
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
-`metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then the learner (`learner`); beside
-them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`).
+`metrics`, `natural`, `kfac`, `geometry`), then optimisers (`optimisers`), then the learner (`learner`); beside
+them checks, laws, strategies, instruments and pictures (`checks`, `laws`, `strategies`,
+`instruments`, `diagrams`).
 """
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
@@ -24,7 +25,9 @@ from .losses import (BinaryCrossEntropy, CallableFamily, HalfSquaredError, LossF
                      SoftmaxCrossEntropy, batch_loss, binary_cross_entropy, dL, half_squared_error,
                      loss_family, softmax_cross_entropy)
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric, ravel, unflatten_like
-from .natural import KFAC, Fisher, GaussNewton, output_fisher
+from .natural import Fisher, GaussNewton, output_fisher
+from .kfac import KFAC, KFACState
+from .instruments import check_metric, condition_number, kfac_error, metric_matrix, natural_angle
 from .optimisers import (NonFiniteError, Optimiser, Update, adagrad, adam, chain, from_optax, gd,
                          momentum, nesterov, scale_by_adagrad, scale_by_adam,
                          scale_by_learning_rate, scale_by_momentum, sharp, sharp_transform, update)
@@ -59,7 +62,7 @@ __all__ = [
     "LossFamily", "loss_family", "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy",
     "CallableFamily", "sequence_cross_entropy", "SequenceCrossEntropy",
     "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
-    "output_fisher", "ravel", "unflatten_like",
+    "KFACState", "output_fisher", "ravel", "unflatten_like",
     "SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric",
     # optimisers
     "Optimiser", "Update", "update", "gd", "momentum", "nesterov", "adagrad", "adam",
@@ -74,6 +77,7 @@ __all__ = [
     "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
     "CheckpointError", "CheckpointMismatch", "CATALOGUE",
     # checks and pictures
-    "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
+    "check_backward", "BackwardReport", "check_metric", "metric_matrix", "natural_angle",
+    "condition_number", "kfac_error", "composition_rule", "CompositionRule", "largest_slope",
     "describe_slope", "expression", "diagram", "draw",
 ]
