@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Covector, Vector
+from categories.errors import KindError
 from categories.linear import unwrap
 
 from .metrics import Context, ravel, unflatten_like
@@ -40,7 +41,7 @@ def _space_of(space, ctx, who):
     if space is None and ctx is not None and getattr(ctx, "model", None) is not None:
         space = ctx.model.param
     if space is None:
-        raise TypeError(f"{who} needs the parameter object: pass space= (or a ctx with a model)")
+        raise KindError(f"{who} needs the parameter object: pass space= (or a ctx with a model)")
     return space
 
 

@@ -211,7 +211,7 @@ class KFAC(_DataMetric):
         sites = model.sites()
         for site in sites:
             if _kind(site) is None and self.fallback == "raise":
-                raise TypeError(f"KFAC factors layers that declare an affine structure (such as "
+                raise KindError(f"KFAC factors layers that declare an affine structure (such as "
                                 f"dense and linear); {site.lens.name} (parameters "
                                 f"{site.lens.param!r}) declares none: use "
                                 "KFAC(fallback='euclidean') to give it the identity block, or "
@@ -226,7 +226,7 @@ class KFAC(_DataMetric):
             return self.sampler
         fam = loss_family(ctx.loss)
         if not fam.has_sampler:
-            raise TypeError(f"KFAC(curvature='sampled') draws labels from the predictive "
+            raise KindError(f"KFAC(curvature='sampled') draws labels from the predictive "
                             f"distribution of the loss family, and none is known for {fam!r}: "
                             "give the family a sample(key, z) method, or pass "
                             "sampler=(key, z) ↦ target to KFAC")
@@ -356,7 +356,7 @@ class KFAC(_DataMetric):
         `sharp(KFAC(...))` part calls it; traceable)."""
         g = covector_value(cov, f"{self!r}.sharp")
         if ctx is None or ctx.model is None:
-            raise TypeError("KFAC depends on the model and the data: pass "
+            raise KindError("KFAC depends on the model and the data: pass "
                             "ctx=Context(model, loss_family, x, y, reduction)")
         if [(s.path, _kind(s)) for s in ctx.model.sites()] != \
                 [(s.path, _kind(s)) for s in self.model.sites()]:
