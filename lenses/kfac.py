@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from categories import Vector
@@ -333,7 +334,10 @@ class KFAC(_DataMetric):
         if self.model is None:
             raise KindError("KFAC keeps a state only with its model: KFAC(..., model=your_model)")
         leaves = jax.tree_util.tree_leaves(p)
-        dtype = jnp.result_type(leaves[0]) if leaves else jnp.result_type(float)
+        dtype = np.dtype(jnp.result_type(leaves[0]) if leaves else jnp.result_type(float))
+        # Built with numpy (no compilation per shape; also under `eval_shape`).
+        zeros = lambda *shape: jnp.asarray(np.zeros(shape, dtype))  # noqa: E731
+        eye = lambda n: jnp.asarray(np.eye(n, dtype=dtype))  # noqa: E731
         factors, eig = [], []
         for site in self._layout(self.model):
             kind = _kind(site)
@@ -343,12 +347,11 @@ class KFAC(_DataMetric):
                 continue
             na = site.lens.dom.shape[0] + (kind == "dense")
             ng = site.lens.cod.shape[0]
-            factors.append((jnp.zeros((na, na), dtype), jnp.zeros((ng, ng), dtype)))
-            eig.append((jnp.zeros((na,), dtype), jnp.eye(na, dtype=dtype),
-                        jnp.zeros((ng,), dtype), jnp.eye(ng, dtype=dtype)))
-        last = tree_map(jnp.zeros_like, p) if self.adapt_damping else None
-        return KFACState(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), tuple(factors),
-                         tuple(eig), jnp.asarray(self.damping, dtype),
+            factors.append((zeros(na, na), zeros(ng, ng)))
+            eig.append((zeros(na), eye(na), zeros(ng), eye(ng)))
+        last = tree_map(lambda a: zeros(*jnp.shape(a)), p) if self.adapt_damping else None
+        return KFACState(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(0)), tuple(factors),
+                         tuple(eig), jnp.asarray(np.asarray(self.damping, dtype)),
                          jax.random.PRNGKey(self.seed), last)
 
     def sharp_state(self, p, cov, ctx, state: KFACState):

@@ -36,7 +36,6 @@ SHIPPED = {
     "slot_metric": (SlotMetric(), Product(R(2), R(1)), None),
     "gauss_newton": (GaussNewton(1e-2), None, CTX),
     "fisher": (Fisher(1e-2), None, CTX),
-    "empirical_fisher": (Fisher(1e-2, empirical=True), None, CTX),
     "kfac": (KFAC(1e-2), None, CTX),
 }
 

@@ -22,6 +22,7 @@ jax.config.update("jax_enable_x64", True)
 NET = dense(3, 4) >> tanh >> dense(4, 3)
 CE = softmax_cross_entropy(classes=3)
 N = 10
+KFAC_005 = KFAC(0.05)  # one instance where the tests can share its compiled functions
 
 
 def batch(seed, n=N, dtype=np.float64):
@@ -84,7 +85,7 @@ def test_without_averaging_the_batch_factors_give_the_dense_solve(dtype, rtol):
     p, (x, y) = point(1, dtype), batch(2, dtype=dtype)
     g = point(3, dtype)
     ctx = Context(NET, CE, x, y)
-    got = KFAC(lam).sharp(p, Covector(g), ctx).value
+    got = KFAC_005.sharp(p, Covector(g), ctx).value
     close(got, oracle_sharp(oracle_factors(p, x, y), g, lam), rtol, rtol * 1e-2)
 
 
@@ -99,13 +100,14 @@ def test_the_optimiser_with_the_state_takes_the_dense_natural_step():
         z = jnp.tanh(x @ W1.T + b1[None]) @ W2.T + b2[None]
         return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(len(y)), y])
 
+    dh = jax.jit(jax.grad(h))
     opt = gd(lr, metric=KFAC(lam, model=NET))
     p = point(6)
     state, q = opt.init(p), p
     for seed in (7, 8):
         x, y = batch(seed)
-        grad = jax.grad(h)(q, x, y)
-        v = oracle_sharp(oracle_factors(p, x, y), jax.grad(h)(p, x, y), lam)
+        grad = dh(q, x, y)
+        v = oracle_sharp(oracle_factors(p, x, y), dh(p, x, y), lam)
         p = jax.tree_util.tree_map(lambda a, d: np.asarray(a) - lr * d, p, v)
         state, q = opt.step(state, q, Covector(grad, NET.param), Context(NET, CE, x, y))
         close(q, p, 1e-9, 1e-12)
@@ -160,7 +162,7 @@ def test_empirical_and_sampled_fisher_factors():
     emp = KFAC(0.1, curvature="empirical").factors(p, ctx)
     close(emp, oracle_factors(p, x, y, "empirical"), 1e-9, 1e-12)
     fisher = oracle_factors(p, x, y)
-    sampled = KFAC(0.1, curvature="sampled", samples=2000, model=NET)
+    sampled = KFAC(0.1, curvature="sampled", samples=1000, model=NET)
     draws = [sampled.factors(p, ctx, jax.random.PRNGKey(key)) for key in (0, 1)]
     for f in draws:
         for (A, G), (A0, G0) in zip(f, fisher):
@@ -186,6 +188,7 @@ def test_levenberg_marquardt_rule_follows_the_reduction_ratio():
         (W1, b1), _, (W2, b2) = p
         return jnp.tanh(x @ W1.T + b1[None]) @ W2.T + b2[None]
 
+    @jax.jit
     def h(p):
         return 0.5 * jnp.mean(jnp.sum((net(p, x) - yr) ** 2, axis=1))
 
@@ -193,7 +196,7 @@ def test_levenberg_marquardt_rule_follows_the_reduction_ratio():
     assert float(s1.damping) == lam  # nothing to compare at the first step
     direction = jax.grad(h)(p0)
     theta0, unravel = jax.flatten_util.ravel_pytree(p0)
-    J = np.asarray(jax.jacobian(lambda th: net(unravel(th), x))(theta0)).reshape(N * 3, -1)
+    J = np.asarray(jax.jit(jax.jacobian(lambda th: net(unravel(th), x)))(theta0)).reshape(N * 3, -1)
     seen = set()
     for t in (0.05, 1.0, 3.0, 8.0, 20.0):
         delta = jax.tree_util.tree_map(lambda a: -t * a, direction)
@@ -242,6 +245,6 @@ def test_kfac_error_is_the_distance_to_the_dense_fisher_direction():
     kfac = np.asarray(jax.flatten_util.ravel_pytree(
         oracle_sharp(oracle_factors(p, x, y), c, lam))[0])
     expected = np.linalg.norm(kfac - exact) / np.linalg.norm(exact)
-    got = kfac_error(KFAC(lam), p, Covector(c, NET.param), Context(NET, CE, x, y))
+    got = kfac_error(KFAC_005, p, Covector(c, NET.param), Context(NET, CE, x, y))
     assert expected > 1e-3  # behind a tanh the factorisation is not exact
     assert got == pytest.approx(expected, rel=1e-7)
