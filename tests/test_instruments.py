@@ -128,3 +128,4 @@ def test_natural_angle_and_condition_number_by_hand():
     x = jnp.asarray(np.array([0.4, -0.2, 0.1], np.float32))  # float32: the same, to rounding
     ball = OpenBall(np.zeros(3, np.float32), 1.0)
     assert condition_number(Poincare(), x, space=ball) == pytest.approx(1.0, rel=1e-5)
+
