@@ -133,7 +133,8 @@ def _laws_at(metric, space, ctx, p, u, v, c, rtol, dense_max, check_retract, mat
     guv, gvu = _dot(flat(u), v), _dot(flat(v), u)
     scale = max(_norm(flat(u)) * _norm(v), _norm(flat(v)) * _norm(u), 1e-300)
     if not abs(guv - gvu) <= rtol * scale:
-        _fail(metric, "g(u, v) = g(v, u) (symmetry)", p, f"g(u, v) = {guv:.6g}, g(v, u) = {gvu:.6g}")
+        _fail(metric, "g(u, v) = g(v, u) (symmetry)", p,
+              f"g(u, v) = {guv:.6g}, g(v, u) = {gvu:.6g}")
     guu = _dot(flat(u), u)
     if _norm(u) > 0 and not guu > 0:
         _fail(metric, "g(u, u) > 0 (positive definite)", p, f"g(u, u) = {guu:.6g} for u ≠ 0")
@@ -142,7 +143,8 @@ def _laws_at(metric, space, ctx, p, u, v, c, rtol, dense_max, check_retract, mat
         G = metric_matrix(metric, p, space, ctx)
         asym = np.max(np.abs(G - G.T)) / max(np.max(np.abs(G)), 1e-300)
         if not asym <= rtol:
-            _fail(metric, "g = gᵀ (symmetry)", p, f"its matrix is not symmetric (relative {asym:.3g})")
+            _fail(metric, "g = gᵀ (symmetry)", p,
+                  f"its matrix is not symmetric (relative {asym:.3g})")
         low = np.linalg.eigvalsh(0.5 * (G + G.T))[0]
         if not low > 0:
             _fail(metric, "g positive definite", p, f"its smallest eigenvalue is {low:.6g}")

@@ -167,9 +167,11 @@ class KFAC(_DataMetric):
         if damping < 0:
             raise HyperparameterError(f"KFAC: damping must be ≥ 0, got {damping}")
         if curvature not in CURVATURES:
-            raise HyperparameterError(f"KFAC: curvature must be one of {CURVATURES}, got {curvature!r}")
+            raise HyperparameterError(f"KFAC: curvature must be one of {CURVATURES}, "
+                                      f"got {curvature!r}")
         if fallback not in ("raise", "euclidean"):
-            raise HyperparameterError(f"KFAC: fallback must be 'raise' or 'euclidean', got {fallback!r}")
+            raise HyperparameterError(f"KFAC: fallback must be 'raise' or 'euclidean', "
+                                      f"got {fallback!r}")
         decay = _number(decay, "decay")
         if not 0 <= decay < 1:
             raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
@@ -276,8 +278,8 @@ class KFAC(_DataMetric):
             zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]
             Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
             H = curv(z, y, k)
-            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)]) if _kind(sites[i]) == "dense" else a
-                    for i, a in zip(idx, inputs)]
+            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)])
+                    if _kind(sites[i]) == "dense" else a for i, a in zip(idx, inputs)]
             return abar, Bs, [H @ B for B in Bs]
 
         abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y, jax.random.split(key, n))
@@ -299,7 +301,8 @@ class KFAC(_DataMetric):
             # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
             ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + lam
             C = UG.T @ _to_theta(kind, site.get(t)) @ UA
-            out = at_path(out, site.path, _from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
+            X = UG @ (C / ev if sharp else C * ev) @ UA.T
+            out = at_path(out, site.path, _from_theta(kind, X))
         return out
 
     def _map(self, p, t, ctx, sharp):

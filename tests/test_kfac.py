@@ -124,7 +124,8 @@ def test_moving_averages_converge_to_the_factors_of_a_repeated_batch():
     f1, f2 = oracle_factors(p, *b1), oracle_factors(p, *b2)
     state = metric.init_state(p)
     _, state = metric.sharp_state(p, Covector(g), Context(NET, CE, *b1), state)
-    close(state.factors[0], f1[0], 1e-9, 1e-12)  # (sites: the two dense layers)  # ε_1 = 0: the first estimate is the batch's
+    # ε_1 = 0: the first estimate is the batch's (the sites are the two dense layers)
+    close(state.factors[0], f1[0], 1e-9, 1e-12)
     weight = 1.0
     for k in range(2, K + 2):
         _, state = metric.sharp_state(p, Covector(g), Context(NET, CE, *b2), state)
@@ -202,7 +203,8 @@ def test_levenberg_marquardt_rule_follows_the_reduction_ratio():
         delta = jax.tree_util.tree_map(lambda a: -t * a, direction)
         p1 = jax.tree_util.tree_map(lambda a, d: a + d, p0, delta)
         d = np.asarray(jax.flatten_util.ravel_pytree(delta)[0])
-        pred = np.asarray(jax.flatten_util.ravel_pytree(direction)[0]) @ d + 0.5 * d @ (J.T @ J / N) @ d + 0.5 * lam * d @ d
+        grad = np.asarray(jax.flatten_util.ravel_pytree(direction)[0])
+        pred = grad @ d + 0.5 * d @ (J.T @ J / N) @ d + 0.5 * lam * d @ d
         rho = float((h(p1) - h(p0)) / pred) if pred < 0 else -np.inf
         expected = lam * omega if rho > 0.75 else lam / omega if rho < 0.25 else lam
         seen.add("down" if rho > 0.75 else "up" if rho < 0.25 else "kept")
