@@ -183,7 +183,7 @@ def _laws_at(metric, space, ctx, p, u, v, c, rtol, dense_max, check_retract, mat
 
 def check_metric(metric, space=None, ctx: Context | None = None, *, examples: int = 20,
                  rtol: float | None = None, dense_max: int = 64, retract: bool = True,
-                 points=None, seed: int | None = 0) -> None:
+                 points=None, derandomize: bool = True) -> None:
     """Check the laws of an inner product (module docstring) at `examples` points of `space`
     drawn by Hypothesis; raise `AssertionError` naming the first law that fails.
 
@@ -192,8 +192,8 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
     (default 1e-6 in float64, 1e-3 in float32); `dense_max`: the largest dimension whose
     metric matrix is built for the symmetry and definiteness checks; `retract=False` skips the
     laws of the move; `points`: a Hypothesis strategy of points (default
-    `lenses.strategies.parameter_points(space)`); `seed`: not None for the same draws on
-    every run (Hypothesis's derandomised mode), None for fresh ones.
+    `lenses.strategies.parameter_points(space)`); `derandomize`: the same draws on every run
+    (Hypothesis's derandomised mode; False for fresh ones).
     """
     from hypothesis import HealthCheck, given, settings
 
@@ -206,7 +206,7 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
 
     matrices = []  # the points where the dense matrix was checked (the first few suffice)
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is not None,
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @given(points, cs.tangents(space), cs.tangents(space), cs.covectors(space))
     def laws(p, u, v, c):
