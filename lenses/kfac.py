@@ -1,57 +1,6 @@
 """K-FAC (Martens & Grosse 2015): the Kronecker-factored Fisher as a metric, with its state.
 
-g_p = ⊕_l (G_l ⊗ A_l + λ I) over the layers l that declare an affine structure (`Affine`:
-dense, linear), found by the model's `sites()` wherever they sit. With n examples and the
-scale s = 1/n (`reduction="mean"`) or 1 (`"sum"`):
-
-    A_l = (1/n) Σ_i ā_i ā_iᵀ            ā_i the layer's input, with a 1 appended for a bias
-    G_l = s Σ_i B_iᵀ F_i B_i            B_i = ∂(network output)/∂(layer output s_l = W a + b)
-
-and F_i, the output-space curvature, is chosen by `curvature`:
-
-- "fisher" (default): F_i = F_out(z_i) = E_{y~p(·|z_i)}[∇_z log p ∇_z log pᵀ], the family's
-  `output_fisher` in closed form (the true Fisher, exact in expectation, nothing sampled);
-- "gauss-newton": F_i = ∂²L_{y_i}/∂z² (the loss Hessian in the output; JAX's Hessian);
-- "empirical": F_i = d_i d_iᵀ, d_i = ∇_z L_{y_i}(z_i) at the data's own labels (the
-  empirical Fisher, which is not the Fisher: Kunstner et al. 2019);
-- "sampled": F_i = (1/S) Σ_{k≤S} d̂_ik d̂_ikᵀ, d̂_ik = ∇_z L_{ŷ_ik}(z_i), ŷ_ik ~ p(·|z_i)
-  drawn by the family's `sample` (`samples` = S): the true Fisher by Monte Carlo, as the
-  paper computes it; E[d̂ d̂ᵀ] = F_out(z_i), so these factors are unbiased for "fisher"'s.
-  The draws advance with the state's key at every factor update.
-
-The options of the paper (its section 5 and 6), each off by default:
-
-- `decay` ε: moving averages of the factors, Â_k = ε_k Â_{k−1} + (1 − ε_k) A_k (and Ĝ
-  alike), ε_k = min(1 − 1/k, ε), k the number of factor updates made (so Â_1 = A_1: no bias
-  towards the zero start); the paper's ε = 0.95. ε = 0: the batch's own factors.
-- `factor_period` T_f: the factors are re-estimated at the steps t (counted from 0) with
-  t mod T_f = 0 and kept in between.
-- `inverse_period` T_i: the eigen-decompositions A = U_A diag(α) U_Aᵀ, G = U_G diag(γ) U_Gᵀ
-  are recomputed at the steps with t mod T_i = 0 and kept in between (the damping enters at
-  the solve, so a new λ needs no new decomposition).
-- `adapt_damping`: the Levenberg–Marquardt rule of section 6.5, every T_λ = `damping_period`
-  steps (t > 0, t mod T_λ = 0): with δ = θ_t − θ_{t−1} the last move and h the batch loss,
-      ρ = [h(θ_t) − h(θ_{t−1})] / [∇h(θ_{t−1})ᵀ δ + ½ δᵀ (C(θ_{t−1}) + λ I) δ],
-  C the exact curvature matching `curvature` (the Fisher, the Gauss–Newton matrix or the
-  empirical Fisher, applied matrix-free), everything on the current batch; then
-      λ ← ω λ if ρ > 3/4,   λ ← λ / ω if ρ < 1/4,   ω = `omega` (the paper's (19/20)^T_λ),
-  clipped to [`min_damping`, `max_damping`]. A move the model predicts to go uphill counts
-  as ρ < 1/4; no move leaves λ as it is.
-
-The sharp map solves each damped block exactly: its eigenvalues are γ_i α_j + λ, so
-X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ (no split of the damping between the factors).
-It acts on the row-major vec of Θ = [W b] as G ⊗ A (`matrix` reorders it to `ravel(p)`).
-It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on the
-example (a deep linear network).
-
-State. The options need memory between steps: the running factors, their decompositions,
-λ, a random key and the last point. The metric keeps them in the state of its optimiser's
-first part, `sharp(KFAC(...))` (`init_state`, `sharp_state`); the state's shapes are the
-model's, so a KFAC with any option is given the model: `KFAC(decay=0.95, model=net)` (a
-model alone, with no option, keeps the state too: the batch's factors at every step).
-Without a model KFAC holds nothing and recomputes the batch's factors at every call, as the
-stateless maps `sharp`, `flat`, `matrix` and `factors` always do (sampled labels drawn from
-`seed` there).
+The formulas of the metric and of each option are in the docstring of `KFAC`.
 """
 
 from __future__ import annotations
@@ -144,17 +93,70 @@ def _period(x, name):
 
 
 class KFAC(_DataMetric):
-    """g_p = ⊕_l (G_l ⊗ A_l + λ I) over the affine layers l of the model (Kronecker-factored
-    Fisher), with the moving averages, update periods and adaptive damping of Martens & Grosse
-    (2015); the formulas are in the module docstring (`lenses.kfac`).
+    """The Kronecker-factored Fisher of Martens & Grosse (2015), with their moving averages,
+    update periods and adaptive damping.
 
-    `damping` λ (the initial one with `adapt_damping`); `curvature` "fisher", "gauss-newton",
-    "empirical" or "sampled" (`samples` labels per example, from the family's `sample` or
-    `sampler(key, z)`, drawn from `seed` when KFAC holds no state); `decay` ε ∈ [0, 1);
-    `factor_period`, `inverse_period`, `damping_period` ≥ 1; `omega` ∈ (0, 1]; `model` the
-    model whose factors the state holds (needed by every option). Parameterised slots whose
-    lens declares no affine structure raise, or with `fallback="euclidean"` get the identity
-    block.
+    g_p = ⊕_l (G_l ⊗ A_l + λ I) over the layers l that declare an affine structure (`Affine`:
+    dense, linear), found by the model's `sites()` wherever they sit. With n examples and the
+    scale s = 1/n (`reduction="mean"`) or 1 (`"sum"`):
+
+        A_l = (1/n) Σ_i ā_i ā_iᵀ            ā_i the layer's input, with a 1 appended for a bias
+        G_l = s Σ_i B_iᵀ F_i B_i            B_i = ∂(network output)/∂(layer output s_l = W a + b)
+
+    and F_i, the output-space curvature, is chosen by `curvature`:
+
+    - "fisher" (default): F_i = F_out(z_i) = E_{y~p(·|z_i)}[∇_z log p ∇_z log pᵀ], the family's
+      `output_fisher` in closed form (the true Fisher, exact in expectation, nothing sampled);
+    - "gauss-newton": F_i = ∂²L_{y_i}/∂z² (the loss Hessian in the output; JAX's Hessian);
+    - "empirical": F_i = d_i d_iᵀ, d_i = ∇_z L_{y_i}(z_i) at the data's own labels (the
+      empirical Fisher, which is not the Fisher: Kunstner et al. 2019);
+    - "sampled": F_i = (1/S) Σ_{k≤S} d̂_ik d̂_ikᵀ, d̂_ik = ∇_z L_{ŷ_ik}(z_i), ŷ_ik ~ p(·|z_i)
+      drawn by the family's `sample` (`samples` = S): the true Fisher by Monte Carlo, as the
+      paper computes it; E[d̂ d̂ᵀ] = F_out(z_i), so these factors are unbiased for "fisher"'s.
+      The draws advance with the state's key at every factor update.
+
+    The options of the paper (its section 5 and 6), each off by default:
+
+    - `decay` ε: moving averages of the factors, Â_k = ε_k Â_{k−1} + (1 − ε_k) A_k (and Ĝ
+      alike), ε_k = min(1 − 1/k, ε), k the number of factor updates made (so Â_1 = A_1: no bias
+      towards the zero start); the paper's ε = 0.95. ε = 0: the batch's own factors.
+    - `factor_period` T_f: the factors are re-estimated at the steps t (counted from 0) with
+      t mod T_f = 0 and kept in between.
+    - `inverse_period` T_i: the eigen-decompositions A = U_A diag(α) U_Aᵀ, G = U_G diag(γ) U_Gᵀ
+      are recomputed at the steps with t mod T_i = 0 and kept in between (the damping enters at
+      the solve, so a new λ needs no new decomposition).
+    - `adapt_damping`: the Levenberg–Marquardt rule of section 6.5, every T_λ = `damping_period`
+      steps (t > 0, t mod T_λ = 0): with δ = θ_t − θ_{t−1} the last move and h the batch loss,
+          ρ = [h(θ_t) − h(θ_{t−1})] / [∇h(θ_{t−1})ᵀ δ + ½ δᵀ (C(θ_{t−1}) + λ I) δ],
+      C the exact curvature matching `curvature` (the Fisher, the Gauss–Newton matrix or the
+      empirical Fisher, applied matrix-free), everything on the current batch; then
+          λ ← ω λ if ρ > 3/4,   λ ← λ / ω if ρ < 1/4,   ω = `omega` (the paper's (19/20)^T_λ),
+      clipped to [`min_damping`, `max_damping`]. A move the model predicts to go uphill counts
+      as ρ < 1/4; no move leaves λ as it is.
+
+    The sharp map solves each damped block exactly: its eigenvalues are γ_i α_j + λ, so
+    X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ (no split of the damping between the factors).
+    It acts on the row-major vec of Θ = [W b] as G ⊗ A (`matrix` reorders it to `ravel(p)`).
+    It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on the
+    example (a deep linear network).
+
+    State. The options need memory between steps: the running factors, their decompositions,
+    λ, a random key and the last point. The metric keeps them in the state of its optimiser's
+    first part, `sharp(KFAC(...))` (`init_state`, `sharp_state`); the state's shapes are the
+    model's, so a KFAC with any option is given the model: `KFAC(decay=0.95, model=net)` (a
+    model alone, with no option, keeps the state too: the batch's factors at every step).
+    Without a model KFAC holds nothing and recomputes the batch's factors at every call, as the
+    stateless maps `sharp`, `flat`, `matrix` and `factors` always do (sampled labels drawn from
+    `seed` there).
+
+    Arguments: `damping` λ (the initial one with `adapt_damping`); `curvature` "fisher",
+    "gauss-newton", "empirical" or "sampled" (`samples` labels per example, from the family's
+    `sample` or `sampler(key, z)`); `decay` ε ∈ [0, 1); `factor_period`, `inverse_period`,
+    `damping_period` ≥ 1; `omega` ∈ (0, 1]; `min_damping`, `max_damping`; `seed` the first
+    key; `model` the model whose factors the state holds (needed by every option).
+    Parameterised slots whose lens declares no affine structure raise, or with
+    `fallback="euclidean"` get the identity block. For example,
+    `gd(0.3, metric=KFAC(0.1, decay=0.95, inverse_period=5, model=net))`.
     """
 
     def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
@@ -404,7 +406,7 @@ class KFAC(_DataMetric):
         return Fisher(0.0, output_fisher=self._output_fisher)
 
     def _adapted(self, last, p, lam, ctx):
-        """λ after the Levenberg–Marquardt rule for the move from `last` to p (module docstring)."""
+        """λ after the Levenberg–Marquardt rule for the move from `last` to p (`KFAC`'s docstring)."""
         _, s = _data(ctx, "KFAC")
         value, model = loss_family(ctx.loss).value, batched(ctx.model)
 
