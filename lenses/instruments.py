@@ -184,8 +184,12 @@ def _laws_at(metric, space, ctx, p, u, v, c, rtol, dense_max, check_retract, mat
 def check_metric(metric, space=None, ctx: Context | None = None, *, examples: int = 20,
                  rtol: float | None = None, dense_max: int = 64, retract: bool = True,
                  points=None, derandomize: bool = True) -> None:
-    """Check the laws of an inner product (module docstring) at `examples` points of `space`
-    drawn by Hypothesis; raise `AssertionError` naming the first law that fails.
+    """Check the laws of an inner product g at `examples` points of `space` drawn by
+    Hypothesis, with drawn vectors u, v and covectors c: (u♭)♯ = u and (c♯)♭ = c; g(u, v) =
+    g(v, u) and g(u, u) > 0 (and its matrix symmetric positive definite at the first points);
+    g(c♯, v) = c(v); and for its move R_p = `retract(p, ·, space)`: R_p(0) = p, dR_p(0) = id,
+    R_p(s v) inside `space` for s ∈ {1e-3, 1, 1e3, 1e8}. Raise `AssertionError` naming the
+    first law that fails, the point and the size of the violation.
 
     `space`: the parameter object (default: `ctx.model.param`); `ctx`: the `Context` a
     data-dependent metric reads (model, loss family, batch); `rtol`: the relative tolerance
