@@ -366,6 +366,10 @@ class KFAC(_DataMetric):
         if ctx is None or ctx.model is None:
             raise KindError("KFAC depends on the model and the data: pass "
                             "ctx=Context(model, loss_family, x, y, reduction)")
+        if not isinstance(state, KFACState):
+            raise KindError(f"{self!r} keeps its factors in the state of its optimiser's sharp "
+                            f"part, got {type(state).__name__}: step with train_step, or with "
+                            "opt.step(state, ...) from state = opt.init(params)")
         if [(s.path, _kind(s)) for s in ctx.model.sites()] != \
                 [(s.path, _kind(s)) for s in self.model.sites()]:
             raise KindError(f"{self!r} keeps the factors of {self.model.name}, but the step is "

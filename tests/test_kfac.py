@@ -225,6 +225,8 @@ def test_defaults_hold_no_state_and_options_are_checked():
         KFAC(curvature="hessian")
     with pytest.raises(HyperparameterError, match="omega"):
         KFAC(adapt_damping=True, omega=1.5, model=NET)
+    with pytest.raises(KindError, match="opt.init"):  # a state that is not K-FAC's
+        KFAC(model=NET).sharp_state(point(0), Covector(point(1)), Context(NET, CE, *batch(0)), ())
 
 
 def test_kfac_error_is_the_distance_to_the_dense_fisher_direction():
