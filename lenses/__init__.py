@@ -2,9 +2,10 @@
 
 The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
 `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
-`metrics`, `natural`, `geometry`), then optimisers (`optimisers`), then training (`training`); beside
-them checks, laws, strategies and pictures (`checks`, `laws`, `strategies`, `diagrams`,
-`discopy_bridge`), and models written elsewhere as lenses (`external`: Equinox, Flax, functions).
+`metrics`, `natural`, `kfac`, `geometry`), then optimisers (`optimisers`), then training (`training`);
+beside them checks, laws, strategies, instruments and pictures (`checks`, `laws`, `strategies`,
+`instruments`, `diagrams`, `discopy_bridge`), and models written elsewhere as lenses (`external`:
+Equinox, Flax, functions).
 """
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
@@ -28,7 +29,9 @@ from .losses import (BinaryCrossEntropy, CallableFamily, HalfSquaredError, LossF
                      SoftmaxCrossEntropy, batch_loss, binary_cross_entropy, dL, half_squared_error,
                      loss_family, softmax_cross_entropy)
 from .metrics import Constant, Context, Diagonal, Euclidean, Metric
-from .natural import KFAC, Fisher, GaussNewton, output_fisher
+from .natural import Fisher, GaussNewton, output_fisher
+from .kfac import KFAC, KFACState
+from .instruments import check_metric, condition_number, kfac_error, metric_matrix, natural_angle
 from .optimisers import (Optimiser, adagrad, adam, chain, from_optax, gd, momentum, nesterov,
                          scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                          scale_by_momentum, sharp)
@@ -69,7 +72,10 @@ __all__ = [
     "CallableFamily", "sequence_cross_entropy", "SequenceCrossEntropy",
     # inner products
     "Metric", "Context", "Euclidean", "Diagonal", "Constant", "GaussNewton", "Fisher", "KFAC",
-    "output_fisher", "SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric",
+    "KFACState", "output_fisher", "SlotMetric", "LogBarrier", "Poincare", "BoxBarrier",
+    "InteriorMetric",
+    # instruments for inner products
+    "check_metric", "metric_matrix", "natural_angle", "condition_number", "kfac_error",
     # optimisers
     "Optimiser", "gd", "momentum", "nesterov", "adagrad", "adam", "from_optax", "chain", "sharp",
     "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",

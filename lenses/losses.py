@@ -64,6 +64,7 @@ class LossFamily:
     - `output_fisher(z, v)`: F(z) v, the Fisher information in the output of the predictive
       distribution p(y | z) whose negative log-likelihood the loss is. Needed by `Fisher` and
       by `KFAC` (curvature="fisher"); `GaussNewton` needs only `value`.
+    - `sample(key, z)`: a target drawn from p(y | z), for `KFAC(curvature="sampled")`.
     - `configure(**config)`: the family with other configuration (default: `dataclasses.replace`
       for a dataclass family; a family without configuration refuses any).
 
@@ -110,6 +111,17 @@ class LossFamily:
     def has_output_fisher(self) -> bool:
         """Whether this family supplies `output_fisher` (so that `Fisher` can use it)."""
         return type(self).output_fisher is not LossFamily.output_fisher
+
+    def sample(self, key, z):
+        """A target ŷ ~ p(· | z) drawn from the predictive distribution with the JAX key `key`
+        (for the sampled Fisher of `KFAC(curvature="sampled")`); ŷ need only be a target
+        `value(z, ŷ)` accepts."""
+        raise NotImplementedError
+
+    @property
+    def has_sampler(self) -> bool:
+        """Whether this family supplies `sample` (so that `KFAC` can draw labels)."""
+        return type(self).sample is not LossFamily.sample
 
     def configure(self, **config) -> "LossFamily":
         """This family with the configuration `config` changed."""
@@ -278,6 +290,9 @@ class HalfSquaredError(LossFamily):
     def output_fisher(self, z, v):
         return v
 
+    def sample(self, key, z):
+        return z + jax.random.normal(key, jnp.shape(z), jnp.result_type(z))
+
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SoftmaxCrossEntropy(LossFamily):
@@ -363,6 +378,11 @@ class SoftmaxCrossEntropy(LossFamily):
         pi = jax.nn.softmax(z, axis=-1)
         return pi * v - pi * jnp.sum(pi * v, axis=-1, keepdims=True)
 
+    def sample(self, key, z):
+        # A one-hot probability vector (a target in either form would do): value(z, ŷ) reads it.
+        k = jax.random.categorical(key, z, axis=-1)
+        return jax.nn.one_hot(k, jnp.shape(z)[-1], dtype=jnp.result_type(z))
+
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class BinaryCrossEntropy(LossFamily):
@@ -392,6 +412,9 @@ class BinaryCrossEntropy(LossFamily):
     def output_fisher(self, z, v):
         q = jax.nn.sigmoid(z)
         return q * (1.0 - q) * v
+
+    def sample(self, key, z):
+        return jax.random.bernoulli(key, jax.nn.sigmoid(z)).astype(jnp.result_type(z))
 
 
 half_squared_error = HalfSquaredError()

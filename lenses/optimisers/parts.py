@@ -205,6 +205,9 @@ class Sharp(Part):
     `update` accepts a `Covector` (as the optimiser passes it, with its space) or a raw pytree
     (as `optax.chain` passes it), and the extra argument `ctx` for data-dependent metrics.
     The optimiser calls it at the point where the covector was taken (its lookahead).
+    A metric whose `stateful` is true keeps its memory in this part's state
+    (`metric.init_state(params)`, `metric.sharp_state(params, cov, ctx, state)`): K-FAC's
+    running factors, decompositions and damping.
     """
 
     def __new__(cls, metric: Metric | None = None):
@@ -212,14 +215,22 @@ class Sharp(Part):
         if not callable(getattr(metric, "sharp", None)):
             raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
 
+        # A metric with memory (K-FAC's running factors) keeps it here, in this part's state:
+        # `init_state(params)` and `sharp_state(params, cov, ctx, state) -> (vector, state')`.
+        stateful = bool(getattr(metric, "stateful", False))
+
         def update(updates, state, params=None, ctx=None, **extra):
             if isinstance(updates, Vector):
                 raise CovectorError("the sharp part takes the covector p', got a Vector: it is "
                                     "already a vector")
             cov = updates if isinstance(updates, Covector) else Covector(updates)
+            if stateful:
+                vec, state = metric.sharp_state(params, cov, ctx, state)
+                return unwrap(vec), state
             return unwrap(metric.sharp(params, cov, ctx)), state
 
-        self = super().__new__(cls, _empty, update, f"sharp({metric!r})")
+        init = metric.init_state if stateful else _empty
+        self = super().__new__(cls, init, update, f"sharp({metric!r})")
         self.metric = metric
         return self
 
