@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from categories import Positive, R
-from lenses import (Fault, ParalensError, ParaLens, TrainState, adam, dense, gd,
+from lenses import (Fault, ParalensError, ParaLens, TrainState, adam, dense, epoch_order, fit, gd,
                     half_squared_error, momentum, softmax_cross_entropy, tanh, train_step)
 
 LENSES = str(Path(__file__).resolve().parents[1] / "lenses")
@@ -365,7 +365,6 @@ def test_every_path_raises_every_fault_naming_step_kind_and_slot_with_the_state_
     if path == "fit":
         X = np.concatenate([b[0] for b in batches])
         Y = np.concatenate([b[1] for b in batches])
-        from lenses import epoch_order, fit
         for key in range(20):  # a shuffle whose first fault is of this kind
             order = [i for e in (1, 2, 3) for i in epoch_order(key, e, len(X), 4)]
             before, record = oracle_until_fault(w, [(X[i], Y[i]) for i in order], m)
@@ -384,7 +383,6 @@ def test_every_path_raises_every_fault_naming_step_kind_and_slot_with_the_state_
         elif path == "run":
             step.run(step.init(w.p0), *(np.stack(a) for a in zip(*batches)))
         elif path == "fit-iterable":
-            from lenses import fit
             fit(w.model, w.family, w.make_opt(), w.p0, iter(batches), mesh=m,
                 steps_per_dispatch=3)
         else:

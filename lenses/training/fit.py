@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 

@@ -152,20 +152,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
         >>> load(path, model, gd(0.1)).state.params[1].tolist()
         [1.0]
     """
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
-            not isinstance(os.fspath(path), str):
-        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
-    if not isinstance(state, TrainState):
-        raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
-                        f"{type(state).__name__}: wrap parameters with step.init(params)")
-    model = _fixed(model)
-    names = slot_names(model)
-    check_params(model.param, state.params, names)
-    model.param.check(state.params, "the parameters to save")
-    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
-    if why:
-        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
-                            f"{model.param!r}): {why}")
+    model, names = _check_save(path, state, model)
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
@@ -198,6 +185,42 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     except OSError as e:
         raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
+
+
+def _check_save(path, state, model):
+    """(the fixed model, its slot names) if `state` can be saved for it at `path`."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
+            not isinstance(os.fspath(path), str):
+        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
+    if not isinstance(state, TrainState):
+        raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
+                        f"{type(state).__name__}: wrap parameters with step.init(params)")
+    model = _fixed(model)
+    names = slot_names(model)
+    check_params(model.param, state.params, names)
+    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
+    if why:
+        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
+                            f"{model.param!r}): {why}")
+    model.param.check(state.params, "the parameters to save")
+    return model, names
+
+
+def _check_slots(path, meta, model) -> list:
+    """The model's slot names, if the file's slots are the model's, else `CheckpointMismatch`
+    naming the first that differs."""
+    names, spaces = slot_names(model), _slot_spaces(model)
+    saved_slots = meta.get("slots") or []
+    for i, (name, space) in enumerate(zip(names, spaces)):
+        if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
+            got = repr(saved_slots[i][1]) if i < len(saved_slots) else "no such slot"
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r}, "
+                                     f"not {model.term()!r}: {name} has parameter object "
+                                     f"{space!r}, the file's slot {i} is {got}")
+    if len(saved_slots) != len(names):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
+                                 f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
+    return names
 
 
 def _slot_spaces(model) -> list:
@@ -293,17 +316,7 @@ def load(path, model, opt=None) -> Saved:
     model = _fixed(model)
     opt = _as_optimiser(opt)
     meta, tensors = _read(path)
-    names, spaces = slot_names(model), _slot_spaces(model)
-    saved_slots = meta.get("slots") or []
-    for i, (name, space) in enumerate(zip(names, spaces)):
-        if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
-            got = repr(saved_slots[i][1]) if i < len(saved_slots) else "no such slot"
-            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r}, "
-                                     f"not {model.term()!r}: {name} has parameter object "
-                                     f"{space!r}, the file's slot {i} is {got}")
-    if len(saved_slots) != len(names):
-        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
-                                 f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
+    names = _check_slots(path, meta, model)
     params = _fill(model.param.zeros(), "params", meta["params"], tensors, "model", path,
                    lambda p: _slot_of(p, names))
     try:

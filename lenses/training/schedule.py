@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from .faults import chunk_sound, fault_error
