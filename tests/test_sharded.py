@@ -72,6 +72,17 @@ try:  # a diverging rate over the mesh raises as it does without one
     out["diverged"] = "returned"
 except FloatingPointError as e:
     out["diverged"] = [type(e).__name__, e.step, int(e.state.count)]
+from lenses import softmax_cross_entropy
+clf = dense(3, 8) >> tanh >> dense(8, 3)
+labels = np.zeros(16, np.int32)
+labels[9] = 7  # a label out of range on the second device's rows of step 2
+try:  # found by the chunk's own verdict on its targets (a NaN does not survive every all-reduce)
+    run_step = train_step(clf, softmax_cross_entropy(classes=3), gd(0.1), mesh=mesh)
+    run_step.run(run_step.init(clf.init(jax.random.PRNGKey(0))), np.stack([X[:8], X[8:]]),
+                 np.stack([labels[:8], labels[8:]]))
+    out["bad_label"] = "accepted"
+except ValueError as e:
+    out["bad_label"] = [type(e).__name__, e.step, e.slot]
 step = train_step(model, half_squared_error, gd(0.1), mesh=mesh)
 s, r = step.run(step.init(p0), np.stack([X[:8], X[8:]]), np.stack([Y[:8], Y[8:]]))
 one = train_step(model, half_squared_error, gd(0.1), mesh=mesh)
@@ -107,4 +118,5 @@ def test_sharded_step_equals_single_device_step():
     assert out["fit_steps"] == 4  # fit runs on the mesh too
     assert "cannot be split evenly" in out["fit_uneven"]  # refused by fit as by the step
     assert out["diverged"][0] == "NonFiniteError" and out["diverged"][2] == out["diverged"][1] - 1
+    assert out["bad_label"] == ["TargetError", 2, 1]
     assert out["run_is_calls"]  # many steps in one dispatch over the mesh: the calls' bits

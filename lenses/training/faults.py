@@ -83,10 +83,10 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
 
 def chunk_sound(start_fault, slopes, oks, end_params, persistent: bool):
     """Whether the checked step would have accepted every step of a chunk of plain steps:
-    no fault pending at its start, every slope finite (covector and targets), every step's
-    own verdict on its new point (`oks`), and the last point finite. Where `persistent` (the
-    move is p + v), non-finite coordinates stay non-finite, so the last point answers for
-    every point before it and the steps give no verdict of their own (`oks` None)."""
+    no fault pending at its start, every slope finite (the covector), every step's own
+    verdict (`oks`: its targets, and its new point unless the move is persistent), and the
+    last point finite. Where `persistent` (the move is p + v), non-finite coordinates stay
+    non-finite, so the last point answers for every point before it."""
     ends = [jnp.sum(jnp.abs(a) * 0) for a in jax.tree_util.tree_leaves(end_params)]
     sound = (start_fault[0] == 0) & jnp.isfinite(sum(ends, jnp.zeros(())))
     if slopes is not None:

@@ -128,13 +128,17 @@ class StepCore:
 
     def plain(self, hyper, state, X, Y):
         """The same move without the selection: (state', (loss, slope), ok). `ok` is the
-        step's own verdict on its new point (None where the move is persistent, p + v);
-        agrees bit for bit with `checked` on every step that `checked` accepts."""
-        s_new, p_new, inside, _, loss, sl, _ = self._propose(hyper, state, X, Y)
-        ok = None
+        step's own verdict on its targets and, unless the move is persistent (p + v), its new
+        point (None: nothing to judge); agrees bit for bit with `checked` on every step that
+        `checked` accepts."""
+        s_new, p_new, inside, _, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
+        # The targets are judged by their own reduction, not through the NaN they put in the
+        # slope: a maximum reduced across devices need not carry a NaN.
+        checks = [] if targets_ok is None else [jnp.all(targets_ok)]
         if not self.persistent:
-            finite = [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(p_new)]
-            ok = jnp.all(jnp.stack([jnp.asarray(inside)] + finite))
+            checks += [jnp.asarray(inside)] + [jnp.all(jnp.isfinite(a))
+                                               for a in jax.tree_util.tree_leaves(p_new)]
+        ok = jnp.all(jnp.stack(checks)) if checks else None
         return TrainState(p_new, s_new, state.count + 1, state.fault), (loss, sl), ok
 
     # -- compiled forms ----------------------------------------------------------------------
