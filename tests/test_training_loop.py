@@ -141,3 +141,16 @@ def test_an_iterable_of_malformed_batches_is_refused_naming_the_batch():
         fit(MODEL, half_squared_error, gd(0.1), P0, [(X[:4], Y[:4]), (X[:4, :2], Y[:4])])
     with pytest.raises(ShapeError, match="not a pair"):
         fit(MODEL, half_squared_error, gd(0.1), P0, [X[:4]])
+
+
+def test_a_state_of_another_optimiser_is_refused_naming_both():
+    from categories import SpaceMismatch
+
+    state = train_step(MODEL, half_squared_error, momentum(0.1)).init(P0)
+    step = train_step(MODEL, half_squared_error, adam(0.1))
+    with pytest.raises(SpaceMismatch, match="optimiser state is not one of"):
+        step(state, X[:4], Y[:4])
+    with pytest.raises(SpaceMismatch, match="optimiser state is not one of"):
+        step.run(state, np.stack([X[:4]] * 2), np.stack([Y[:4]] * 2))
+    with pytest.raises(SpaceMismatch, match="optimiser state is not one of"):
+        fit(MODEL, half_squared_error, adam(0.1), state, (X, Y), epochs=1, batch_size=4)
