@@ -1,6 +1,7 @@
 """The training engine against a simple oracle: random programs of calls, multi-step runs,
 reads, checks, branches from old states, faults of every kind, interrupts, pickles, deep
-copies, a second thread reading reports, and batches deleted after the call.
+copies, a second thread reading reports, batches deleted after the call and numpy batches
+refilled after it.
 
 Oracle: the checked step (`step.step_fn` under `jax.jit`, from a `TrainStep` of its own)
 applied eagerly, one call at a time, each state computed before the next, in float32 (what
@@ -177,14 +178,19 @@ class Program:
         assert bits(self.states[i]) == bits(self.truth[i])
 
     # -- ops -------------------------------------------------------------------------------------
-    def call(self, si, b, delete=False):
+    def call(self, si, b, after=0):
         X, Y = self.w.batches[b]
-        if delete:  # a device copy of the batch, deleted as soon as the call returns
+        if after == 1:  # a device copy of the batch, deleted as soon as the call returns
             X, Y = jax.device_put(X), jax.device_put(Y)
+        elif after == 2:  # a numpy buffer, refilled with other numbers as soon as it returns
+            X, Y = X.copy(), Y.copy()
         new, report = self.w.step(self.states[si], X, Y)
-        if delete:
+        if after == 1:
             X.delete()
             Y.delete()
+        elif after == 2:
+            X[...] = 1e6
+            Y[...] = Y[::-1].copy() if Y.dtype.kind == "i" else np.nan
         s, rows = self.fold(self.truth[si], [b])
         self.states.append(new)
         self.truth.append(s)
@@ -252,7 +258,7 @@ class Program:
 
 
 OPS = st.one_of(
-    st.tuples(st.just("call"), st.integers(0, 99), st.integers(0, 99), st.booleans()),
+    st.tuples(st.just("call"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 2)),
     st.tuples(st.just("run"), st.integers(0, 99), st.lists(st.integers(0, 99), min_size=3,
                                                               max_size=3)),
     st.tuples(st.just("read"), st.integers(0, 99)),
@@ -270,7 +276,7 @@ def execute(name, ops):
     for op in ops:
         kind, si = op[0], op[1] % len(prog.states) if len(op) > 1 else 0
         if kind == "call":
-            prog.call(si, op[2] % nb, delete=op[3])
+            prog.call(si, op[2] % nb, after=op[3])
         elif kind == "run":
             prog.run(si, [b % nb for b in op[2]])
         elif kind == "read" and prog.reports:

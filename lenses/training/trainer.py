@@ -98,6 +98,7 @@ class TrainStep:
         _need_state(state)
         if self.mesh is not None:
             self._check_split(np.shape(X)[0] if np.ndim(X) else 0)
+        X, Y = _own(X), _own(Y)
         try:
             new, row = self._call(self._hyper, state, X, Y)
         except ParalensError:
@@ -120,6 +121,7 @@ class TrainStep:
                              f"inputs, {_steps(Ys, 'Ys')} of targets")
         if self.mesh is not None:
             self._check_split(np.shape(Xs)[1] if np.ndim(Xs) > 1 else 0)
+        Xs, Ys = _own(Xs), _own(Ys)
         try:
             new, rows = schedule.run(self._core, self._hyper, state, (Xs, Ys), self._describe)
         except ParalensError:
@@ -167,6 +169,13 @@ def _need_state(state) -> None:
     if not isinstance(state, TrainState):
         raise KindError(f"a training step takes a TrainState (from step.init(params)), got "
                         f"{type(state).__name__}: pass step.init(params), not the parameters")
+
+
+def _own(a):
+    """A numpy batch copied: on the CPU, JAX may read a numpy argument's memory in place while
+    the step runs, after the call has returned, and a buffer the caller refills for the next
+    step would then change this one. The step reads the batch as it was at the call."""
+    return a.copy() if type(a) is np.ndarray else a
 
 
 def _steps(stack, name: str) -> int:
