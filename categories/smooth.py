@@ -11,6 +11,7 @@ import jax
 
 from ._compose import check_composable
 from .spaces import DomainError, Product, R, Space, euclidean
+from .errors import KindError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -20,7 +21,7 @@ class Smooth:
 
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
         if not isinstance(dom, Space) or not isinstance(cod, Space):
-            raise TypeError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
+            raise KindError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
         self._check = check
@@ -57,7 +58,7 @@ class Smooth:
     def __add__(self, other: "Smooth") -> "Smooth":
         """Pointwise sum f + g : A → B, for a Euclidean codomain B."""
         if self.dom != other.dom or self.cod != other.cod:
-            raise TypeError(
+            raise SpaceMismatch(
                 f"cannot add {self.name} : {self.dom!r} → {self.cod!r} and "
                 f"{other.name} : {other.dom!r} → {other.cod!r}: the spaces differ"
             )
@@ -75,7 +76,7 @@ class Smooth:
 
 def _need_euclidean(space: Space, op: str) -> None:
     if not euclidean(space):
-        raise TypeError(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
+        raise SpaceMismatch(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
 
 
 def scale(c, f: Smooth) -> Smooth:
@@ -93,7 +94,7 @@ def identity(A: Space) -> Smooth:
 def pair(f: Smooth, g: Smooth) -> Smooth:
     """⟨f, g⟩ : A → B × C, the unique map with ⟨f, g⟩ ≫ fst = f and ⟨f, g⟩ ≫ snd = g."""
     if f.dom != g.dom:
-        raise TypeError(
+        raise SpaceMismatch(
             f"cannot pair {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
             "their domains differ"
         )
@@ -103,7 +104,7 @@ def pair(f: Smooth, g: Smooth) -> Smooth:
 
 def _binary(AB: Space, who: str) -> Product:
     if not isinstance(AB, Product) or len(AB.factors) != 2:
-        raise TypeError(f"{who} needs a binary product A × B, got {AB!r}")
+        raise SpaceMismatch(f"{who} needs a binary product A × B, got {AB!r}")
     return AB
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import DimensionError, DomainError
+from .errors import DimensionError, DomainError, KindError
 
 
 def dimension(n, what: str, least: int = 0) -> int:
@@ -372,7 +372,7 @@ class Product(Space):
     def __init__(self, *factors: Space):
         for f in factors:
             if not isinstance(f, Space):
-                raise TypeError(f"Product of non-spaces: {f!r}")
+                raise KindError(f"Product of non-spaces: {f!r}")
         object.__setattr__(self, "factors", tuple(factors))
 
     @property

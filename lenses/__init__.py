@@ -12,7 +12,8 @@ from .diagrams import diagram, draw, expression
 from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, ParalensError, ShapeError,
-                     SlotError, SpaceMismatch, TargetError, TargetTypeError)
+                     SlotError, SpaceMismatch, TargetError, TargetTypeError, MetricError,
+                     UnsupportedError)
 from .families import LensFamily, family
 from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
 from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
@@ -72,7 +73,7 @@ __all__ = [
     # the error catalogue (lenses.errors)
     "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
     "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
-    "CheckpointError", "CheckpointMismatch", "CATALOGUE",
+    "CheckpointError", "CheckpointMismatch", "MetricError", "UnsupportedError", "CATALOGUE",
     # checks and pictures
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule", "largest_slope",
     "describe_slope", "expression", "diagram", "draw",

@@ -32,6 +32,7 @@ from categories import Product, R, Space
 
 from .families import LensFamily, family
 from .para_lens import Layer
+from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
 
@@ -46,7 +47,7 @@ class Tokens(Space):
 
     def __init__(self, T: int, vocab: int):
         if int(vocab) < 1 or int(T) < 1:
-            raise ValueError(f"Tokens needs T ≥ 1 and a vocabulary of at least 1, got {T}, {vocab}")
+            raise DimensionError(f"Tokens needs T ≥ 1 and a vocabulary of at least 1, got {T}, {vocab}")
         object.__setattr__(self, "shape", (int(T),))
         object.__setattr__(self, "vocab", int(vocab))
 
@@ -92,7 +93,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
 
     def make(A: Space) -> Layer:
         if getattr(A, "vocab", None) != vocab or len(A.shape) != 1:
-            raise TypeError(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
+            raise SpaceMismatch(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
                             f"fix it with {name}.at(Tokens(T, {vocab}))")
         return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,
                      init=lambda k: jax.random.normal(k, (d, vocab)))
@@ -105,7 +106,7 @@ def dropout(rate: float) -> LensFamily:
     from the key k with P(m = 1) = 1 − rate; `evaluation` replaces it by (x, k) ↦ x."""
     rate = float(rate)
     if not 0.0 <= rate < 1.0:
-        raise ValueError(f"dropout needs 0 ≤ rate < 1, got {rate}")
+        raise HyperparameterError(f"dropout needs 0 ≤ rate < 1, got {rate}")
     name = f"dropout({rate:g})"
 
     def fwd(xk, p):
@@ -117,7 +118,7 @@ def dropout(rate: float) -> LensFamily:
 
     def make(AK: Space) -> Layer:
         if not isinstance(AK, Product) or len(AK.factors) != 2 or AK.factors[1] != Keys():
-            raise TypeError(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
+            raise SpaceMismatch(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
         A = AK.factors[0]
         lens = Layer(AK, A, R(0), fwd, name=name)
         lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")

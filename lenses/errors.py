@@ -7,8 +7,10 @@ See `categories.errors` for the table: each class, when it is raised, what its m
 from categories.errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError,
                                DimensionError, DomainError, HyperparameterError, KindError,
                                NonFiniteError, ParalensError, ShapeError, SlotError,
-                               SpaceMismatch, TargetError, TargetTypeError)
+                               SpaceMismatch, TargetError, TargetTypeError,
+                               MetricError, UnsupportedError)
 
 __all__ = ["ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch",
            "ShapeError", "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError",
-           "KindError", "NonFiniteError", "CheckpointError", "CheckpointMismatch", "CATALOGUE"]
+           "KindError", "NonFiniteError", "CheckpointError", "CheckpointMismatch", "MetricError",
+           "UnsupportedError", "CATALOGUE"]

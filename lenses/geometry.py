@@ -45,6 +45,7 @@ from categories import Covector, OpenBall, OpenBox, Positive, Product, Space, Ve
 from categories.linear import unwrap
 
 from .metrics import Metric, translate
+from categories.errors import DomainError, KindError
 
 __all__ = ["SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric"]
 
@@ -183,7 +184,7 @@ class SlotMetric(Metric):
                 return tuple(self._map(f, leaf, euclid, *(t[i] for t in ts))
                              for i, f in enumerate(S.factors))
             if _contains_kind(S, tuple(self.rules)):
-                raise TypeError(f"{self!r}: the point should be a tuple of {len(S.factors)} "
+                raise DomainError(f"{self!r}: the point should be a tuple of {len(S.factors)} "
                                 f"for {S!r}")
             return euclid(*ts)
         rule = next((r for k, r in self.rules.items() if isinstance(S, k)), None)
@@ -198,7 +199,7 @@ class SlotMetric(Metric):
                 return s
         if self.space is not None:
             return self.space
-        raise TypeError(f"{self!r} reads each slot's space from the covector's `.space` (as "
+        raise KindError(f"{self!r} reads each slot's space from the covector's `.space` (as "
                         "train_step passes it) or from space=: neither was given")
 
     def weights(self, p, space: Space | None = None):

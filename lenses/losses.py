@@ -27,7 +27,7 @@ import numpy as np
 
 from categories import Covector, R, Smooth, Space
 from categories.errors import (HyperparameterError, KindError, ShapeError, TargetError,
-                               TargetTypeError)
+                               TargetTypeError, UnsupportedError)
 
 _MISSING = object()
 _SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
@@ -80,7 +80,7 @@ class LossFamily:
     # -- what subclasses give ---------------------------------------------------------------
     def value(self, c, y):
         """L_y(c), a scalar, for one output c and one target y."""
-        raise NotImplementedError(f"{type(self).__name__} must implement value(c, y)")
+        raise UnsupportedError(f"{type(self).__name__} must implement value(c, y)")
 
     def output_space(self, y) -> Space:
         """The space of outputs that a target y belongs to (only y's shape and dtype are read)."""
@@ -98,7 +98,7 @@ class LossFamily:
 
     def output_fisher(self, z, v):
         """F(z) v, the output-space Fisher information of the predictive distribution."""
-        raise NotImplementedError
+        raise UnsupportedError(f"{self!r} knows no output-space Fisher information")
 
     @property
     def has_output_fisher(self) -> bool:

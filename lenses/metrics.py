@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from categories import Covector, Space, Vector
-from categories.errors import CovectorError
+from categories.errors import CovectorError, MetricError, UnsupportedError
 from categories.linear import pairing, unwrap
 
 from .losses import LossFamily, loss_family
@@ -54,10 +54,10 @@ class Metric:
     and refuses a `Vector` (`CovectorError`)."""
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
-        raise NotImplementedError
+        raise UnsupportedError(f"{type(self).__name__} must implement sharp")
 
     def flat(self, p, vec, ctx: Context | None = None) -> Covector:
-        raise NotImplementedError
+        raise UnsupportedError(f"{type(self).__name__} must implement flat")
 
     def inner(self, p, u, v, ctx: Context | None = None):
         """g_p(u, v) = ⟨u♭, v⟩."""
@@ -112,7 +112,7 @@ class Diagonal(Metric):
     def __init__(self, weights):
         leaves = jax.tree_util.tree_leaves(weights)
         if any(bool(jnp.any(jnp.asarray(w) <= 0)) for w in leaves if not isinstance(w, jax.core.Tracer)):
-            raise ValueError("Diagonal metric weights must be positive")
+            raise MetricError("Diagonal metric weights must be positive")
         self.weights = weights
 
     def _apply(self, x, op):
@@ -139,14 +139,14 @@ class Constant(Metric):
     def __init__(self, G, space: Space | None = None, slot: int | None = None):
         G = jnp.asarray(G)
         if G.ndim != 2 or G.shape[0] != G.shape[1]:
-            raise ValueError(f"Constant metric needs a square matrix, got shape {G.shape}")
+            raise MetricError(f"Constant metric needs a square matrix, got shape {G.shape}")
         self.G, self.space, self.slot = G, space, slot
         self.L = jnp.linalg.cholesky(G)
         if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
-            raise ValueError("Constant metric needs a positive-definite matrix (Cholesky failed)")
+            raise MetricError("Constant metric needs a positive-definite matrix (Cholesky failed)")
         eig = None if isinstance(self.L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
         if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(self.L.dtype).eps * eig[-1]):
-            raise ValueError("Constant metric needs a positive-definite matrix (G is singular)")
+            raise MetricError("Constant metric needs a positive-definite matrix (G is singular)")
 
     def _map(self, x, f):
         if self.slot is None:

@@ -38,6 +38,7 @@ from categories.linear import unwrap
 from .losses import dL, loss_family
 from .metrics import Context, Metric, covector_value, ravel, unflatten_like
 from .para_lens import Affine, at_path, batched
+from categories.errors import HyperparameterError, KindError, MetricError
 
 tree_map = jax.tree_util.tree_map
 
@@ -46,10 +47,10 @@ tree_map = jax.tree_util.tree_map
 
 def _data(ctx, who):
     if ctx is None or ctx.model is None or ctx.loss is None or ctx.x is None or ctx.y is None:
-        raise TypeError(f"{who} depends on the model and the data: pass "
+        raise KindError(f"{who} depends on the model and the data: pass "
                         "ctx=Context(model, loss_family, x, y, reduction)")
     if ctx.reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {ctx.reduction!r}")
+        raise HyperparameterError(f"reduction must be 'mean' or 'sum', got {ctx.reduction!r}")
     n = jax.tree_util.tree_leaves(ctx.x)[0].shape[0]
     return n, (1.0 / n if ctx.reduction == "mean" else 1.0)
 
@@ -59,7 +60,7 @@ def output_fisher(family):
     that the loss family is the negative log-likelihood of (the family's `output_fisher`)."""
     fam = loss_family(family)
     if not fam.has_output_fisher:
-        raise TypeError(f"no predictive distribution is known for the loss family {fam!r}: "
+        raise KindError(f"no predictive distribution is known for the loss family {fam!r}: "
                         "Fisher needs its output-space Fisher F(z) v. Give the family an "
                         "output_fisher(z, v) method (subclass LossFamily), or pass "
                         "output_fisher=(z, v) ↦ F(z) v to the metric; GaussNewton needs only "
@@ -133,7 +134,7 @@ class _DataMetric(Metric):
         g = covector_value(cov, f"{self!r}.sharp")
         x = self._run("_sharp", p, g, ctx)
         if _finite(g) is True and _finite(x) is False:  # concrete values only, not under jit
-            raise ValueError(f"{self!r} is not positive definite here (the solve failed): "
+            raise MetricError(f"{self!r} is not positive definite here (the solve failed): "
                              "add damping, or use more examples than parameters")
         return Vector(x, _space(cov, ctx))
 
@@ -153,9 +154,9 @@ class GaussNewton(_DataMetric):
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
         if damping < 0:
-            raise ValueError(f"damping must be ≥ 0, got {damping}")
+            raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
         if solver not in ("auto", "dense", "cg"):
-            raise ValueError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
+            raise HyperparameterError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
         self.damping, self.solver = float(damping), solver
         self.cg_iters, self.cg_tol, self.dense_max = cg_iters, cg_tol, dense_max
 
@@ -301,11 +302,11 @@ class KFAC(_DataMetric):
     def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
                  output_fisher=None):
         if damping < 0:
-            raise ValueError(f"damping must be ≥ 0, got {damping}")
+            raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
         if curvature not in ("fisher", "gauss-newton"):
-            raise ValueError(f"curvature must be 'fisher' or 'gauss-newton', got {curvature!r}")
+            raise HyperparameterError(f"curvature must be 'fisher' or 'gauss-newton', got {curvature!r}")
         if fallback not in ("raise", "euclidean"):
-            raise ValueError(f"fallback must be 'raise' or 'euclidean', got {fallback!r}")
+            raise HyperparameterError(f"fallback must be 'raise' or 'euclidean', got {fallback!r}")
         self.damping, self.curvature, self.fallback = float(damping), curvature, fallback
         self._output_fisher = output_fisher
 
@@ -314,7 +315,7 @@ class KFAC(_DataMetric):
         sites = model.sites()
         for site in sites:
             if _kind(site) is None and self.fallback == "raise":
-                raise TypeError(f"KFAC factors layers that declare an affine structure (such as "
+                raise KindError(f"KFAC factors layers that declare an affine structure (such as "
                                 f"dense and linear); {site.lens.name} (parameters "
                                 f"{site.lens.param!r}) declares none: use "
                                 "KFAC(fallback='euclidean') to give it the identity block, or "

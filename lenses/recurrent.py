@@ -34,6 +34,7 @@ from .layers import _normal, identity
 from .para_lens import Layer, Reparam, at_path
 from .repetition import repeat, stacked
 from .structure import copy
+from categories.errors import SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -129,7 +130,7 @@ def _unroll_at(cell, A: Space):
     (X1, H) = cell.dom.factors
     n_in, n_h = X1.shape[0], H.shape[0]
     if len(A.shape) != 2 or A.shape[1] != n_in:
-        raise TypeError(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
+        raise SpaceMismatch(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
     T = A.shape[0]
     X, Hs = R(T, n_in), R(T, n_h)
 
@@ -155,7 +156,7 @@ def unroll(cell) -> LensFamily:
     """The family R^{T×n_in} ↦ (R^{T×n_in} → R^{T×n_h}, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
     h_0 = 0), parameters those of the cell, tied over the T steps (one `lax.scan`)."""
     if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
-        raise TypeError(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
+        raise SpaceMismatch(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
 

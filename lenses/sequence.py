@@ -31,6 +31,7 @@ from .losses import LossFamily
 from .layers import _normal, gelu, identity, residual
 from .para_lens import Layer
 from .structure import copy
+from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
 
 
 def _row(v, x):
@@ -42,7 +43,7 @@ def _row(v, x):
 def _sequence(A: Space, who: str, d: int | None = None) -> tuple:
     if len(A.shape) != 2 or (d is not None and A.shape[1] != d):
         want = f"R^{{T×{d}}}" if d is not None else "R^{T×d}"
-        raise TypeError(f"{who} needs sequences {want} (one row per position), got {A!r}")
+        raise SpaceMismatch(f"{who} needs sequences {want} (one row per position), got {A!r}")
     return A.shape
 
 
@@ -76,7 +77,7 @@ def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
 
     def make(A: Space) -> Layer:
         if not A.shape or A.shape[-1] != d:
-            raise TypeError(f"{name} normalises a last axis of length {d}, got {A!r}")
+            raise SpaceMismatch(f"{name} normalises a last axis of length {d}, got {A!r}")
         return Layer(A, A, R(d) * R(d), fwd, name=name,
                      init=lambda k: (jnp.ones((d,)), jnp.zeros((d,))))
 
@@ -101,7 +102,7 @@ def attention_core(A: Space, heads: int, causal: bool = True) -> Layer:
     no parameters (R^0); M = −∞ above the diagonal when `causal` (position t sees s ≤ t)."""
     T, d = _sequence(A, "attention_core")
     if d % heads:
-        raise ValueError(f"attention_core: {heads} heads do not divide the width {d}")
+        raise DimensionError(f"attention_core: {heads} heads do not divide the width {d}")
     dh = d // heads
     # numpy constants: built once here, not traced again at every call
     mask = np.tril(np.ones((T, T), dtype=bool))[None, :, :]
@@ -169,10 +170,10 @@ class SequenceCrossEntropy(LossFamily):
 
     def output_space(self, y):
         if self.classes is None:
-            raise TypeError("sequence_cross_entropy needs the number of classes: use "
+            raise TargetTypeError("sequence_cross_entropy needs the number of classes: use "
                             "sequence_cross_entropy(classes=k)")
         if len(y.shape) != 1:
-            raise ValueError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
+            raise TargetError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
         return R(y.shape[0], self.classes)
 
     def check_values(self, Y, batched=True):
@@ -180,7 +181,7 @@ class SequenceCrossEntropy(LossFamily):
         bad = (labels < 0) | (labels >= self.classes) | (labels != np.asarray(Y))
         if np.any(bad):
             i = tuple(int(j) for j in np.argwhere(bad)[0])
-            raise ValueError(f"{self!r}: labels must be integers in [0, {self.classes}), got "
+            raise TargetError(f"{self!r}: labels must be integers in [0, {self.classes}), got "
                              f"{np.asarray(Y)[i]} at index {i}")
 
     def targets_ok(self, Y):
