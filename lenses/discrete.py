@@ -44,6 +44,7 @@ class Tokens(Space):
 
     shape: tuple
     vocab: int = 0
+    discrete = True  # not a dataclass field: integer points keep their dtype (`as_real`)
 
     def __init__(self, T: int, vocab: int):
         if int(vocab) < 1 or int(T) < 1:
@@ -69,6 +70,7 @@ class Keys(Space):
     random bits it determines: no map is differentiated in it (its covector is float0)."""
 
     shape: tuple
+    discrete = True  # not a dataclass field: a key is never rounded to a float (`as_real`)
 
     def __init__(self):
         object.__setattr__(self, "shape", KEY_SHAPE)

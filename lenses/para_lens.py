@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Covector, Product, Smooth, Space, Vector, check_composable
-from categories.errors import CovectorError, KindError, ShapeError, SpaceMismatch
+from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories import tie as _tie_para
 from categories.linear import unwrap
 from categories.para import one_slot, slot_uses
@@ -232,7 +232,7 @@ class ParaLens(metaclass=_Builds):
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
         self._check_point(a, p)
-        b, pull = self._vjp(as_real(a), p, False)
+        b, pull = self._vjp(as_real(self.dom, a), p, False)
         return b, self._wrap(pull, out=b)
 
     def backward(self, a, p, b_cov):
@@ -274,9 +274,18 @@ class ParaLens(metaclass=_Builds):
         return self.lift(lambda lens: Reparam(lens, r, init, name))
 
 
-def as_real(a):
-    """a with integer leaves as floats (the default float type): an input of integers is a
-    point of R^n, and its covector must be one too (JAX would give integers a `float0` one)."""
+def as_real(space: Space, a):
+    """a with its integer leaves as floats (the default float type) where they are points of
+    R^n, whose covectors must be real too (JAX would give integers a `float0` one); leaves on
+    a discrete space (`discrete`: token ids, PRNG keys) keep their integer dtype, since
+    rounding them changes the point (a key in float32 is another key), and their covector is
+    JAX's float0 zero."""
+    if isinstance(space, Product):
+        if not isinstance(a, tuple):
+            return a
+        return tuple(as_real(f, x) for f, x in zip(space.factors, a))
+    if getattr(space, "discrete", False) or a is None:
+        return a
     return tree_map(lambda v: jnp.asarray(v, jnp.result_type(float))
                     if jnp.issubdtype(jnp.result_type(v), jnp.integer) else v, a)
 
@@ -380,6 +389,15 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
                 i = tuple(int(k) for k in np.argwhere(~finite)[0])
                 raise ShapeError(f"{who}: the batch{where} holds {np.asarray(x)[i]} at index "
                                  f"{i}, not a real number")
+        if concrete_values and not isinstance(x, jax.core.Tracer) and \
+                type(S).interior_margin is not Space.interior_margin:
+            # an open subset (tokens, a box, ...): each row a point of it, as `S.check` asks
+            # of one example on the per-example path
+            inside = np.asarray(jax.vmap(S.interior_margin)(jnp.asarray(x))) > 0
+            if not inside.all():
+                i = tuple(int(k) for k in np.argwhere(~inside)[0])
+                raise DomainError(f"{who}: example {i[0]} of the batch{where} is not a point of "
+                                  f"{S!r}: coordinate {i[1:]} is {np.asarray(x)[i]}")
 
     walk(dom, X, "")
     sizes = {n for _, n in found}
@@ -737,7 +755,7 @@ class Batched:
         codomain (a `Covector` or its raw value, leading axis n) and gives the batch of input
         covectors and the parameter covector added over the batch."""
         n = self._check(X, p)
-        b, pull = self.lens._vjp(as_real(X), p, True)
+        b, pull = self.lens._vjp(as_real(self.lens.dom, X), p, True)
         return b, self.lens._wrap(pull, lead=(n,), out=b)
 
     def backward(self, X, p, B_cov):
