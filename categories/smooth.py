@@ -16,6 +16,22 @@ from .errors import KindError, SpaceMismatch
 tree_map = jax.tree_util.tree_map
 
 
+def _lands(space: Space, y) -> str | None:
+    """None if y has the structure and shapes of a point of `space` (static), else why not."""
+    if isinstance(space, Product):
+        if not isinstance(y, tuple) or len(y) != len(space.factors):
+            return f"expected a tuple of {len(space.factors)}, got {type(y).__name__}"
+        return next((w for w in map(_lands, space.factors, y) if w), None)
+    if space.is_terminal:
+        return None if y is None else "expected None (R^0)"
+    shape = getattr(y, "shape", None)
+    if shape is None and isinstance(y, (int, float)):
+        shape = ()
+    if shape is None or tuple(shape) != tuple(space.shape):
+        return f"expected shape {tuple(space.shape)}, got {shape if shape is not None else y!r}"
+    return None
+
+
 class Smooth:
     """A smooth map f : dom → cod, with `fn` written for single points (a pytree in, a pytree out)."""
 
@@ -27,9 +43,15 @@ class Smooth:
         self._check = check
 
     def __call__(self, x):
-        if self._check:
-            self.dom.check(x, f"the argument of {self.name}")
-        return self.fn(x)
+        if not self._check:
+            return self.fn(x)
+        self.dom.check(x, f"the argument of {self.name}")
+        y = self.fn(x)
+        why = _lands(self.cod, y)
+        if why:
+            raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
+                                f"codomain: {why}")
+        return y
 
     # -- composition (the one definition of ≫ in this category) -----------------------------
     def __rshift__(self, other: "Smooth") -> "Smooth":

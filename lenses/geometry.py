@@ -105,13 +105,30 @@ class _Ball:
         c, r = cls._cr(S, x)
         y, w = (x - c) / r, v / r  # the unit ball, where λ_y = 2 / (1 − ‖y‖²)
         yy = jnp.sum(y * y)
-        lam = 2.0 / (1.0 - yy)
+        ny = jnp.sqrt(yy)
+        gap_y = (1.0 - ny) * (1.0 + ny)
+        lam = 2.0 / gap_y
         n = jnp.sqrt(jnp.sum(w * w))
         safe = jnp.where(n > 0, n, 1.0)
-        # exp_y(w) = y ⊕ tanh(λ_y ‖w‖ / 2) w/‖w‖ (Möbius addition ⊕)
-        z = jnp.where(n > 0, jnp.tanh(lam * safe / 2.0) / safe, lam / 2.0) * w
-        yz, zz = jnp.sum(y * z), jnp.sum(z * z)
-        e = ((1.0 + 2.0 * yz + zz) * y + (1.0 - yy) * z) / (1.0 + 2.0 * yz + yy * zz)
+        # exp_y(w) = y ⊕ z, z = tanh(t) u, u = w/‖w‖, t = λ_y ‖w‖ / 2 (Möbius addition ⊕):
+        #   y ⊕ z = (‖y+z‖² y + (1−‖y‖²)(y+z)) / (‖y+z‖² + (1−‖y‖²)(1−‖z‖²)),
+        # the textbook (1 + 2⟨y,z⟩ + ‖z‖²) y + (1 − ‖y‖²) z over 1 + 2⟨y,z⟩ + ‖y‖²‖z‖² written
+        # with sums of non-negative terms: near the wall, once tanh rounds to 1, the textbook
+        # form cancels to nothing (a point 21 units short, or 0/0). The gaps to the wall are
+        # computed from their own formulas, never as 1 − (a rounded number near 1):
+        # 1 − ‖z‖² = sech²(t) from exp(−2t), 1 − ‖z‖ = sech²(t)/(1 + tanh t), and
+        # y + z = (‖y‖ − ‖z‖) u_y + ‖z‖ (u_y + u), ‖y‖ − ‖z‖ as a difference of gaps.
+        t = lam * n / 2.0
+        nz = jnp.tanh(t)
+        q = jnp.exp(-2.0 * t)
+        gap_z = 4.0 * q / ((1.0 + q) * (1.0 + q))  # 1 − ‖z‖² = sech²(t)
+        u = w / safe
+        uy = y / jnp.where(ny > 0, ny, 1.0)
+        y_plus_z = jnp.where(ny > 0, ((gap_z / (1.0 + nz)) - (1.0 - ny)) * uy + nz * (uy + u),
+                             nz * u)
+        ss = jnp.sum(y_plus_z * y_plus_z)
+        den = ss + gap_y * gap_z
+        e = (ss * y + gap_y * y_plus_z) / jnp.where(den > 0, den, 1.0)
         # Clamp to a margin that survives the rounding of c + r e (an error ~ eps ‖c‖).
         big = jnp.max(jnp.abs(c)) if c.size else jnp.asarray(0.0, x.dtype)
         rmax = 1.0 - 8.0 * _eps(x) * (1.0 + np.sqrt(max(x.size, 1)) * big / r)

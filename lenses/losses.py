@@ -133,7 +133,7 @@ class LossFamily:
         y = jnp.asarray(y)
         value = self.value
         return Smooth(self.output_space(y), R(), lambda c: value(c, y),
-                      self.symbol or self._short(), check=False)
+                      self.symbol or self._short())  # checks the output it is given
 
     def check_targets(self, Y, output_space: Space | None = None, batched: bool = True):
         """Y, if it is a batch of targets (or, `batched=False`, one target) of this family
@@ -413,8 +413,24 @@ class CallableFamily(LossFamily):
     def output_space(self, y):
         key = (tuple(y.shape), np.dtype(y.dtype))
         if key not in self._spaces:
-            self._spaces[key] = self._loss(jnp.zeros(y.shape, y.dtype)).dom
+            self._spaces[key] = self._probe(jax.ShapeDtypeStruct(*key))
         return self._spaces[key]
+
+    def _probe(self, y) -> Space:
+        """The domain of the loss at an abstract target of y's shape and dtype: traced, so
+        that no made-up target value (zeros are no probability vector) is shown to a family
+        that checks values; a function that reads its target's value is shown zeros."""
+        found = []
+
+        def run(t):
+            found.append(self._loss(t).dom)
+            return jnp.zeros(())
+
+        try:
+            jax.eval_shape(run, y)
+        except jax.errors.ConcretizationTypeError:
+            return self._loss(jnp.zeros(y.shape, y.dtype)).dom
+        return found[0]
 
     def at(self, y):
         return self._loss(y)
@@ -449,6 +465,11 @@ def loss_family(family: Any) -> LossFamily:
                     f"softmax_cross_entropy(classes=k), or a LossFamily), got {family!r}")
 
 
+def _what_value(v) -> str:
+    shape = getattr(v, "shape", None)
+    return f"shape {tuple(shape)}" if shape is not None else type(v).__name__
+
+
 # -- the covector and the batch -------------------------------------------------------------------
 
 def dL(loss: Smooth, c) -> Covector:
@@ -456,6 +477,9 @@ def dL(loss: Smooth, c) -> Covector:
     if isinstance(loss, LossFamily):
         raise KindError(f"dL needs the loss for one target, got the family {loss!r}: "
                         "pass family(y)")
+    if not isinstance(loss, Smooth) or loss.cod != R():
+        raise KindError(f"dL needs a loss C → R (e.g. half_squared_error(y)), got {loss!r}")
+    loss.dom.check(c, f"the output given to dL of {loss.name}")
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
 
@@ -472,6 +496,11 @@ def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
     out = fam.output_space(jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
     dom = R(n, *out.shape)
     per = jax.vmap(fam.value)
+    value = jax.eval_shape(fam.value, jax.ShapeDtypeStruct(out.shape, jnp.result_type(float)),
+                           jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
+    if getattr(value, "shape", None) != ():
+        raise KindError(f"{fam!r}: value(c, y) must be a number (the loss of one output), got "
+                        f"{_what_value(value)}; a vector of losses is not averaged silently")
 
     def fn(C):
         if tuple(jnp.shape(C)) != dom.shape:

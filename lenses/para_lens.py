@@ -244,9 +244,14 @@ class ParaLens(metaclass=_Builds):
 
         def pullback(b_cov):
             """(a', p') for the covector b' on the codomain (a `Covector`, or its raw value)."""
-            check_cotangent(cod, b_cov, f"the covector given to the backward part of {name}",
-                            lead)
+            what = f"the covector given to the backward part of {name}"
+            check_cotangent(cod, b_cov, what, lead)
+            if isinstance(b_cov, Covector) and b_cov.space is not None and \
+                    b_cov.space.tangent != cod.tangent:  # the cotangent spaces must agree
+                raise CovectorError(f"{what} is a covector on {b_cov.space!r}, but the "
+                                    f"codomain of {name} is {cod!r}")
             c = unwrap(b_cov)
+            _check_finite(c, what)
             if out is not None:  # a covector of integers (or of another float width) is one of
                 c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
             da, dp = pull(c)
@@ -342,6 +347,19 @@ def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
     if why:
         raise CovectorError(f"{what} is not a covector on {space!r}"
                             f"{f' (with leading axes {tuple(lead)})' if lead else ''}: {why}")
+
+
+def _check_finite(c, what: str) -> None:
+    """Refuse (`CovectorError`) a concrete covector holding NaN or infinity (under a trace
+    there are no values: a training step records a non-finite covector as a fault)."""
+    for i, leaf in enumerate(jax.tree_util.tree_leaves(c)):
+        if isinstance(leaf, jax.core.Tracer) or not jnp.issubdtype(jnp.result_type(leaf),
+                                                                     jnp.inexact):
+            continue
+        a = np.asarray(leaf)
+        if not np.isfinite(a).all():
+            j = tuple(int(k) for k in np.argwhere(~np.isfinite(a))[0])
+            raise CovectorError(f"{what} holds {a[j]} at index {j} (leaf {i}), not a real number")
 
 
 def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
