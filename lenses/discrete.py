@@ -27,10 +27,13 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from categories import Product, R, Space
+from categories.spaces import dimension
 
 from .families import LensFamily, family
+from .layers import _sizes
 from .para_lens import Layer
 from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
 
@@ -47,8 +50,8 @@ class Tokens(Space):
     discrete = True  # not a dataclass field: integer points keep their dtype (`as_real`)
 
     def __init__(self, T: int, vocab: int):
-        if int(vocab) < 1 or int(T) < 1:
-            raise DimensionError(f"Tokens needs T ≥ 1 and a vocabulary of at least 1, got {T}, {vocab}")
+        T = dimension(T, "Tokens: T", 1)
+        vocab = dimension(vocab, "Tokens: vocab", 1)
         object.__setattr__(self, "shape", (int(T),))
         object.__setattr__(self, "vocab", int(vocab))
 
@@ -86,6 +89,7 @@ class Keys(Space):
 def embedding(vocab: int, d: int) -> LensFamily:
     """x ↦ (E[:, x_1], ..., E[:, x_T])ᵀ : Tokens(T, V) → R^{T×d}, parameters E ∈ R^{d×V} (column
     convention: column k is the image of the one-hot vector e_k); zero input covector."""
+    vocab, d = _sizes("embedding", vocab=vocab, d=d)
     name = f"embedding({vocab}→{d})"
 
     def fwd(x, E):
@@ -106,6 +110,9 @@ def embedding(vocab: int, d: int) -> LensFamily:
 def dropout(rate: float) -> LensFamily:
     """(x, k) ↦ m_k ⊙ x / (1 − rate) : A × Keys → A, no parameters (R^0), m_k ∈ {0, 1}^A drawn
     from the key k with P(m = 1) = 1 − rate; `evaluation` replaces it by (x, k) ↦ x."""
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, (int, float, np.integer,
+                                                                   np.floating)):
+        raise HyperparameterError(f"dropout needs a rate, a number in [0, 1), got {rate!r}")
     rate = float(rate)
     if not 0.0 <= rate < 1.0:
         raise HyperparameterError(f"dropout needs 0 ≤ rate < 1, got {rate}")

@@ -44,7 +44,7 @@ import numpy as np
 from categories import Covector, OpenBall, OpenBox, Positive, Product, Space, Vector
 from categories.linear import unwrap
 
-from .metrics import Metric, translate
+from .metrics import Metric, translate, vector_value
 from categories.errors import DomainError, KindError
 
 __all__ = ["SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric"]
@@ -190,6 +190,9 @@ class SlotMetric(Metric):
     rules: dict = {}
 
     def __init__(self, space: Space | None = None):
+        if space is not None and not isinstance(space, Space):
+            raise KindError(f"{type(self).__name__}: space must be a Space (the parameter "
+                            f"object, e.g. Positive(3)), got {space!r}")
         self.space = space
 
     def _map(self, S, leaf, euclid, *ts):
@@ -207,6 +210,10 @@ class SlotMetric(Metric):
         rule = next((r for k, r in self.rules.items() if isinstance(S, k)), None)
         if rule is None or ts[0] is None:
             return euclid(*ts)
+        for t in ts:  # the point and the (co)vector: arrays of the slot's shape
+            if tuple(jnp.shape(t)) != tuple(S.shape):
+                raise DomainError(f"{self!r}: a point or (co)vector of {S!r} has shape "
+                                  f"{tuple(S.shape)}, got shape {tuple(jnp.shape(t))}")
         return leaf(rule, S, *ts)
 
     def _space(self, *objs):
@@ -234,14 +241,18 @@ class SlotMetric(Metric):
     def flat(self, p, vec, ctx=None):
         S = self._space(vec)
         out = self._map(S, lambda rule, s, x, v: v * rule.weight(s, x), lambda x, v: v,
-                        p, unwrap(vec))
+                        p, vector_value(vec, f"{self!r}.flat"))
         return Covector(out, getattr(vec, "space", None))
 
     def retract(self, p, v, space: Space | None = None):
         """The point reached from p along v: each slot's exponential map or retraction (p + v on
         Euclidean slots); inside the slot's open set for every v."""
         S = space if space is not None else self._space(v)
-        v = unwrap(v)
+        if not isinstance(S, Space):
+            raise KindError(f"{self!r}.retract: space must be a Space, got {S!r}")
+        if not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(p)):
+            S.check(p, f"the point given to {self!r}.retract")  # a move starts inside
+        v = vector_value(v, f"{self!r}.retract")  # a move along a vector, not a covector
         moved = self._map(S, lambda rule, s, x, d: rule.retract(s, x, d),
                           lambda x, d: translate(x, d), p, v)
         # In p's dtype, as the Euclidean move keeps it.

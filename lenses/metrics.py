@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from categories import Covector, Space, Vector
-from categories.errors import CovectorError, MetricError, UnsupportedError
+from categories import Covector, Product, Space, Vector
+from categories.errors import CovectorError, KindError, MetricError, SlotError, UnsupportedError
 from categories.linear import pairing, unwrap
 
 from .losses import LossFamily, loss_family
@@ -91,6 +92,29 @@ def covector_value(cov, who: str = "sharp"):
     return value
 
 
+def vector_value(vec, who: str = "flat"):
+    """The raw value of a vector given to a flat map: a `Vector`, or its raw value; a
+    `Covector` is refused (`CovectorError`): flat turns vectors into covectors."""
+    if isinstance(vec, Covector):
+        raise CovectorError(f"{who} takes a vector, got a Covector: a covector is already a "
+                            "covector (the flat map turns a vector into one; sharp goes back)")
+    return unwrap(vec)
+
+
+def _real_weights(leaf, who: str):
+    """Refuse (`MetricError`) weights that are not real, finite and positive."""
+    if isinstance(leaf, jax.core.Tracer):
+        return
+    a = np.asarray(leaf)
+    if a.dtype.kind not in "fiu":
+        raise MetricError(f"{who} must be real numbers, got dtype {a.dtype}")
+    bad = ~(np.isfinite(a) & (a > 0))
+    if bad.any():
+        i = tuple(int(k) for k in np.argwhere(bad)[0]) if a.ndim else ()
+        raise MetricError(f"{who} must be positive finite numbers, got {a[i] if a.ndim else a} "
+                          f"at index {i}")
+
+
 def _space_of(x, default=None):
     return getattr(x, "space", default)
 
@@ -102,7 +126,7 @@ class Euclidean(Metric):
         return Vector(covector_value(cov, "Euclidean().sharp"), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(unwrap(vec), _space_of(vec))
+        return Covector(vector_value(vec, "Euclidean().flat"), _space_of(vec))
 
 
 class Diagonal(Metric):
@@ -110,9 +134,8 @@ class Diagonal(Metric):
     point, or a scalar; None for R^0 slots)."""
 
     def __init__(self, weights):
-        leaves = jax.tree_util.tree_leaves(weights)
-        if any(bool(jnp.any(jnp.asarray(w) <= 0)) for w in leaves if not isinstance(w, jax.core.Tracer)):
-            raise MetricError("Diagonal metric weights must be positive")
+        for leaf in jax.tree_util.tree_leaves(weights):
+            _real_weights(leaf, "Diagonal metric weights")
         self.weights = weights
 
     def _apply(self, x, op):
@@ -128,7 +151,8 @@ class Diagonal(Metric):
                       _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(self._apply(unwrap(vec), lambda a, w: a * w), _space_of(vec))
+        return Covector(self._apply(vector_value(vec, "Diagonal.flat"), lambda a, w: a * w),
+                        _space_of(vec))
 
 
 class Constant(Metric):
@@ -140,6 +164,21 @@ class Constant(Metric):
         G = jnp.asarray(G)
         if G.ndim != 2 or G.shape[0] != G.shape[1]:
             raise MetricError(f"Constant metric needs a square matrix, got shape {G.shape}")
+        if not isinstance(G, jax.core.Tracer):
+            g = np.asarray(G)
+            if g.dtype.kind not in "fiu" or not np.isfinite(g).all():
+                raise MetricError(f"Constant metric needs a matrix of finite real numbers, got "
+                                  f"dtype {g.dtype}" + ("" if g.dtype.kind not in "fiu" else
+                                                        " with NaN or infinite entries"))
+            asym = np.abs(g - g.T)
+            if not np.all(asym <= 1e-10 * max(np.abs(g).max(), 1e-300)):
+                i = tuple(int(k) for k in np.unravel_index(np.argmax(asym), g.shape))
+                raise MetricError(f"Constant metric needs a symmetric matrix: G{list(i)} = "
+                                  f"{g[i]} but G{list(i[::-1])} = {g[i[::-1]]}")
+        if space is not None and not isinstance(space, Space):
+            raise KindError(f"Constant: space must be a Space (e.g. R(3)), got {space!r}")
+        if slot is not None:
+            slot = _slot(slot, space)
         self.G, self.space, self.slot = G, space, slot
         self.L = jnp.linalg.cholesky(G)
         if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
@@ -151,6 +190,10 @@ class Constant(Metric):
     def _map(self, x, f):
         if self.slot is None:
             return unflatten_like(f(ravel(x)), x)
+        if not isinstance(x, tuple) or self.slot >= len(x):
+            raise SlotError(f"Constant(slot={self.slot}) needs a point with a slot "
+                            f"{self.slot}, got " + (f"a tuple of {len(x)}" if isinstance(x, tuple)
+                                                    else "a point of one slot"))
         parts = list(x)
         parts[self.slot] = unflatten_like(f(ravel(parts[self.slot])), parts[self.slot])
         return tuple(parts)
@@ -160,7 +203,19 @@ class Constant(Metric):
         return Vector(self._map(covector_value(cov, "Constant.sharp"), solve), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(self._map(unwrap(vec), lambda v: self.G @ v), _space_of(vec))
+        return Covector(self._map(vector_value(vec, "Constant.flat"), lambda v: self.G @ v),
+                        _space_of(vec))
+
+
+def _slot(slot, space):
+    """`slot` as an int if it is a slot of `space` (when given), else `SlotError`."""
+    if isinstance(slot, (bool, np.bool_)) or not isinstance(slot, (int, np.integer)) or slot < 0:
+        raise SlotError(f"Constant: slot must be a non-negative integer, got {slot!r}")
+    n = len(space.factors) if isinstance(space, Product) else None
+    if space is not None and (n is None or slot >= n):
+        raise SlotError(f"Constant: slot {slot} is not a slot of {space!r}"
+                        + (f" (it has slots 0 to {n - 1})" if n else " (it has no slots)"))
+    return int(slot)
 
 
 def translate(p, v):

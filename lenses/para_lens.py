@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Covector, Product, Smooth, Space, Vector, check_composable
+from categories import Covector, Product, R, Smooth, Space, Vector, check_composable
 from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories import tie as _tie_para
 from categories.linear import unwrap
@@ -241,13 +241,16 @@ class ParaLens(metaclass=_Builds):
 
     def _wrap(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
         dom, param, cod, name = dom or self.dom, self.param, self.cod, self.name
+        # a batch's covector may be labelled with the codomain or with R^{n × cod}
+        labels = (cod.tangent,) + ((R(*lead, *cod.shape),) if lead and not isinstance(
+            cod, Product) and not cod.is_terminal else ())
 
         def pullback(b_cov):
             """(a', p') for the covector b' on the codomain (a `Covector`, or its raw value)."""
             what = f"the covector given to the backward part of {name}"
             check_cotangent(cod, b_cov, what, lead)
             if isinstance(b_cov, Covector) and b_cov.space is not None and \
-                    b_cov.space.tangent != cod.tangent:  # the cotangent spaces must agree
+                    b_cov.space.tangent not in labels:  # the cotangent spaces must agree
                 raise CovectorError(f"{what} is a covector on {b_cov.space!r}, but the "
                                     f"codomain of {name} is {cod!r}")
             c = unwrap(b_cov)

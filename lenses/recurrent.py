@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from categories import Product, R, Smooth, Space
 
 from .families import LensFamily, family
-from .layers import _normal, identity
+from .layers import _normal, _sizes, identity
 from .para_lens import Layer, Reparam, at_path
 from .repetition import repeat, stacked
 from .structure import copy
@@ -44,6 +44,7 @@ tree_map = jax.tree_util.tree_map
 def rnn_cell(n_in: int, n_hidden: int) -> Layer:
     """(x, h) ↦ tanh(W x + U h + b) : R^{n_in} × R^{n_h} → R^{n_h}, parameters
     R^{n_h×n_in} × R^{n_h×n_h} × R^{n_h} (Elman)."""
+    n_in, n_hidden = _sizes("rnn_cell", n_in=n_in, n_hidden=n_hidden)
     def fwd(xh, p):
         (x, h), (W, U, b) = xh, p
         return jnp.tanh(W @ x + U @ h + b)
@@ -62,6 +63,7 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
     """(x, h) ↦ (1 − z) ⊙ n + z ⊙ h : R^{n_in} × R^{n_h} → R^{n_h} with r, z = σ(W_{r,z} x + b +
     U_{r,z} h + c), n = tanh(W_n x + b_n + r ⊙ (U_n h + c_n)); parameters (W, U, b, c) ∈
     R^{3n_h×n_in} × R^{3n_h×n_h} × R^{3n_h} × R^{3n_h}, gates stacked in the order r, z, n."""
+    n_in, n_hidden = _sizes("gru_cell", n_in=n_in, n_hidden=n_hidden)
     m = n_hidden
 
     def fwd(xh, p):

@@ -28,7 +28,7 @@ from categories import R, Space
 
 from .families import LensFamily, family
 from .losses import LossFamily
-from .layers import _normal, gelu, identity, residual
+from .layers import _normal, _sizes, gelu, identity, positive_number, residual
 from .para_lens import Layer
 from .structure import copy
 from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
@@ -52,6 +52,7 @@ def _sequence(A: Space, who: str, d: int | None = None) -> tuple:
 def positionwise_dense(n_in: int, n_out: int, name: str | None = None) -> LensFamily:
     """X ↦ X Wᵀ + 1 bᵀ : R^{T×n_in} → R^{T×n_out}, parameters R^{n_out×n_in} × R^{n_out}
     (dense(n_in, n_out) at every position, one W shared by the T positions)."""
+    n_in, n_out = _sizes("positionwise_dense", n_in=n_in, n_out=n_out)
     name = name or f"positionwise_dense({n_in}→{n_out})"
 
     def fwd(X, Wb):
@@ -68,6 +69,8 @@ def positionwise_dense(n_in: int, n_out: int, name: str | None = None) -> LensFa
 def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
     """x ↦ γ ⊙ (x − μ(x)) / √(σ²(x) + ε) + β over the last axis : A → A (A = R^d, R^{T×d}, ...),
     parameters (γ, β) ∈ R^d × R^d (initially γ = 1, β = 0)."""
+    (d,) = _sizes("layer_norm", d=d)
+    eps = positive_number("layer_norm", "eps", eps)
     name = f"layer_norm({d})"
 
     def fwd(x, gb):
@@ -126,6 +129,9 @@ def attention_core(A: Space, heads: int, causal: bool = True) -> Layer:
 def multi_head_attention(d: int, heads: int, causal: bool = True) -> LensFamily:
     """Multi-head self-attention R^{T×d} → R^{T×d}, parameters four position-wise dense(d, d)
     (query, key, value, output): copy ≫ (copy ⊗ id) ≫ ((q ⊗ k) ⊗ v) ≫ core ≫ output."""
+    d, heads = _sizes("multi_head_attention", d=d, heads=heads)
+    if d % heads:
+        raise DimensionError(f"multi_head_attention: {heads} heads do not divide the width {d}")
     name = f"multi_head_attention({d}, {heads} heads{', causal' if causal else ''})"
 
     def make(A: Space):
@@ -140,6 +146,9 @@ def multi_head_attention(d: int, heads: int, causal: bool = True) -> LensFamily:
 def transformer_block(d: int, heads: int, hidden: int, causal: bool = True) -> LensFamily:
     """residual(layer_norm ≫ attention) ≫ residual(layer_norm ≫ dense(d→hidden) ≫ gelu ≫
     dense(hidden→d)), position-wise dense : R^{T×d} → R^{T×d} (pre-norm transformer block)."""
+    d, heads, hidden = _sizes("transformer_block", d=d, heads=heads, hidden=hidden)
+    if d % heads:
+        raise DimensionError(f"transformer_block: {heads} heads do not divide the width {d}")
     name = f"transformer_block({d}, {heads} heads, {hidden})"
 
     def make(A: Space):
