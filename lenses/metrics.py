@@ -144,6 +144,13 @@ class Diagonal(Metric):
             return x
         if isinstance(w, (int, float)) or (hasattr(w, "ndim") and w.ndim == 0):
             return tree_map(lambda a: op(a, w), x)
+        xs, ws = jax.tree_util.tree_structure(x), jax.tree_util.tree_structure(w)
+        shapes = [jnp.shape(a) for a in jax.tree_util.tree_leaves(x)]
+        wshapes = [jnp.shape(a) for a in jax.tree_util.tree_leaves(w)]
+        if xs != ws or shapes != wshapes:
+            raise MetricError(f"Diagonal metric weights must be shaped like the point (or be one "
+                              f"number): weights of shapes {wshapes}, a (co)vector of shapes "
+                              f"{shapes}")
         return tree_map(op, x, w)
 
     def sharp(self, p, cov, ctx=None):
