@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Covector, R, Smooth, Space
-from categories.errors import (HyperparameterError, KindError, ShapeError, TargetError,
+from categories.errors import (HyperparameterError, ParalensError, KindError, ShapeError, TargetError,
                                TargetTypeError, UnsupportedError)
 
 _MISSING = object()
@@ -434,6 +434,25 @@ class CallableFamily(LossFamily):
 
     def at(self, y):
         return self._loss(y)
+
+    def check_values(self, Y, batched: bool = True) -> None:
+        """The function's own refusals of concrete targets: it is shown the whole batch
+        once (a family wrapping a built-in one checks its values elementwise); where that
+        is refused, each example's target alone, and the first refusal is raised, naming
+        the example (a batch it refuses only as a batch is accepted)."""
+        if not batched:
+            self._loss(jnp.asarray(Y))
+            return
+        try:
+            self._loss(jnp.asarray(Y))
+            return
+        except ParalensError:
+            pass
+        for i, y in enumerate(Y):
+            try:
+                self._loss(jnp.asarray(y))
+            except ParalensError as e:
+                raise type(e)(f"{self!r}, example {i} of the batch: {e}") from e
 
     def _key(self):
         return (CallableFamily, _fn_key(self.fn))

@@ -81,13 +81,18 @@ def covector_value(cov, who: str = "sharp"):
     if isinstance(cov, Vector):
         raise CovectorError(f"{who} takes a covector, got a Vector: a vector is already a vector "
                             "(the sharp map turns a covector into one; flat goes back)")
-    value = unwrap(cov)
-    for leaf in jax.tree_util.tree_leaves(value):  # static: dtypes, also under jit
+    return _real_leaves(unwrap(cov), who, "a covector")
+
+
+def _real_leaves(value, who: str, kind: str):
+    """value, if every leaf holds real numbers (static: dtypes, also under jit), else
+    `CovectorError` naming `who`, what it takes, and the leaf."""
+    for leaf in jax.tree_util.tree_leaves(value):
         dtype = getattr(leaf, "dtype", None)
         real = (isinstance(leaf, (int, float)) and not isinstance(leaf, bool)) if dtype is None \
             else bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
         if not real:
-            raise CovectorError(f"{who} takes a covector of real numbers, got a leaf "
+            raise CovectorError(f"{who} takes {kind} of real numbers, got a leaf "
                                 f"{type(leaf).__name__}" + (f" of dtype {dtype}" if dtype else ""))
     return value
 
@@ -98,7 +103,7 @@ def vector_value(vec, who: str = "flat"):
     if isinstance(vec, Covector):
         raise CovectorError(f"{who} takes a vector, got a Covector: a covector is already a "
                             "covector (the flat map turns a vector into one; sharp goes back)")
-    return unwrap(vec)
+    return _real_leaves(unwrap(vec), who, "a vector")
 
 
 def _real_weights(leaf, who: str):
@@ -196,14 +201,22 @@ class Constant(Metric):
 
     def _map(self, x, f):
         if self.slot is None:
-            return unflatten_like(f(ravel(x)), x)
+            return unflatten_like(f(self._fits(ravel(x), "the (co)vector")), x)
         if not isinstance(x, tuple) or self.slot >= len(x):
             raise SlotError(f"Constant(slot={self.slot}) needs a point with a slot "
                             f"{self.slot}, got " + (f"a tuple of {len(x)}" if isinstance(x, tuple)
                                                     else "a point of one slot"))
         parts = list(x)
-        parts[self.slot] = unflatten_like(f(ravel(parts[self.slot])), parts[self.slot])
+        parts[self.slot] = unflatten_like(
+            f(self._fits(ravel(parts[self.slot]), f"slot {self.slot} of the (co)vector")),
+            parts[self.slot])
         return tuple(parts)
+
+    def _fits(self, flat, what: str):
+        if flat.shape[0] != self.G.shape[0]:
+            raise CovectorError(f"Constant metric of a {self.G.shape[0]}×{self.G.shape[0]} "
+                                f"matrix: {what} has {flat.shape[0]} coordinates")
+        return flat
 
     def sharp(self, p, cov, ctx=None):
         solve = lambda g: jax.scipy.linalg.cho_solve((self.L, True), g)  # noqa: E731

@@ -39,7 +39,8 @@ def arrays(draw, shapes=((2,), (3,), (2, 2), ()), dtypes=("float64", "int32", "c
         values.flat[0] = draw(st.sampled_from([np.nan, np.inf, 0.0]))
     if dtype == "complex128":
         return values + 1j
-    return values.astype(dtype) if dtype != "int32" else np.round(values).astype(dtype)
+    return values.astype(dtype) if dtype != "int32" else np.round(
+        np.nan_to_num(values, posinf=2, neginf=-2)).astype(dtype)
 
 
 def _refused_or(fn):
@@ -111,11 +112,17 @@ def test_sharp_and_flat_take_covectors_and_vectors(which, op, x):
         return
     if out is None:
         return  # junk refused
+    if x is None:  # the point of R^0 and its (co)vector
+        assert out.value is None
+        return
     value = np.asarray(x.value if isinstance(x, (Vector, Covector)) else x)
     assert value.dtype.kind in "fiu"  # only real numbers got through
     scale = 1.0 if which == "euclid" else 2.0
     want = value / scale if op == "sharp" else value * scale
-    np.testing.assert_allclose(np.asarray(out.value), want)
+    if np.all(np.isfinite(value)):
+        np.testing.assert_allclose(np.asarray(out.value), want)
+    else:  # NaN goes through (the optimiser refuses a non-finite step), never made finite
+        assert not np.all(np.isfinite(np.asarray(out.value)))
 
 
 SPACES = {"ball": (Poincare(), OpenBall([0.0, 0.0], 1.0)),
@@ -211,7 +218,7 @@ CELL = rnn_cell(2, 3)
 @given(st.sampled_from([R(4, 2), R(4, 3), R(2), R(1, 2), Positive(4, 2), R(2, 2, 2)]))
 def test_unroll_fits_sequences_of_the_cells_input(A):
     lens = _refused_or(lambda: unroll(CELL).at(A))
-    valid = isinstance(A, R) and len(A.shape) == 2 and A.shape[1] == 2
+    valid = len(A.shape) == 2 and A.shape[1] == 2  # sequences of the cell's inputs (in any open set)
     assert (lens is not None) == valid, A
 
 
@@ -245,8 +252,8 @@ def test_user_loss_families_built_from_builtin_ones(seed, kind, which):
         Y = Y[:, :3]
     family = {"scaled_ce": scaled_ce, "mixed": mixed}[which]
     L = _refused_or(lambda: batch_loss(family, Y, "mean"))
-    if which == "scaled_ce":
-        valid = kind in ("onehot", "soft")
+    if which == "scaled_ce":  # probability vectors (a cut one-hot one may still be one)
+        valid = kind in ("onehot", "soft") or (kind == "shape" and np.allclose(Y.sum(1), 1))
     else:
         valid = kind != "nan"
     assert (L is not None) == valid, (which, kind)
