@@ -451,8 +451,9 @@ class CallableFamily(LossFamily):
         for i, y in enumerate(Y):
             try:
                 self._loss(jnp.asarray(y))
-            except ParalensError as e:
-                raise type(e)(f"{self!r}, example {i} of the batch: {e}") from e
+            except ParalensError as e:  # the same refusal, naming the example
+                e.args = (f"{self!r}, example {i} of the batch: {e}",) + e.args[1:]
+                raise
 
     def _key(self):
         return (CallableFamily, _fn_key(self.fn))
