@@ -35,7 +35,7 @@ from categories.spaces import dimension
 from .families import LensFamily, family
 from .layers import _sizes
 from .para_lens import Layer
-from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
+from categories.errors import HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
 

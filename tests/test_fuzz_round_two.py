@@ -7,10 +7,8 @@ shapes, un-jitted: a few compilations only."""
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

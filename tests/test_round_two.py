@@ -11,7 +11,7 @@ import pytest
 
 from categories import Covector, OpenBall, Positive, R, Smooth, Vector
 from lenses import (CovectorError, DimensionError, DomainError, HyperparameterError,
-                    KindError, LogBarrier, LossFamily, MetricError, Poincare, ShapeError,
+                    KindError, LogBarrier, LossFamily, MetricError, Poincare,
                     SlotError, SpaceMismatch, adam, batched, checkpoint, dense, dL, dropout,
                     embedding, from_optax, half_squared_error, layer_norm,
                     multi_head_attention, rnn_cell, softmax_cross_entropy, train_step)
