@@ -5,8 +5,9 @@ Knows nothing of learning. `lenses` builds on it.
 
 from ._compose import check_composable
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
-                     DomainError, HyperparameterError, KindError, NonFiniteError, ParalensError,
-                     ShapeError, SlotError, SpaceMismatch, TargetError, TargetTypeError)
+                     DomainError, HyperparameterError, KindError, MetricError, NonFiniteError,
+                     ParalensError, ShapeError, SlotError, SpaceMismatch, TargetError,
+                     TargetTypeError, UnsupportedError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
 from .linear import Covector, Linear, Vector, flatten_value, linear_identity, pairing, unflatten_value, unwrap
 from .para import Para, ParaChain, para_identity, para_of, slot_uses, para_tie, tying_map
@@ -30,7 +31,8 @@ __all__ = [
     # re-exports these classes without listing them again)
     "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
     "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
-    "NonFiniteError", "CheckpointError", "CheckpointMismatch", "CATALOGUE",
+    "NonFiniteError", "CheckpointError", "CheckpointMismatch", "MetricError", "UnsupportedError",
+    "CATALOGUE",
 ]
 
 

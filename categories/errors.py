@@ -48,6 +48,12 @@ CheckpointError        a saved file cannot be read: truncated, damaged (checksum
                        paralens file (the path, what is wrong)
 CheckpointMismatch     a saved file is intact but belongs to another model or optimiser
                        (the path, the first mismatched slot, expected against saved)
+MetricError            an inner product that is not one: a matrix not symmetric or not
+                       positive definite, weights not positive finite reals, a metric not
+                       positive definite at the point (the metric, the offending entry)
+UnsupportedError       an operation the object does not provide: an abstract method a
+                       subclass must implement, a strategy asked for a space it cannot
+                       build (the object, the operation)
 =====================  ===============================================================
 """
 
@@ -223,10 +229,20 @@ class CheckpointMismatch(CheckpointError):
     """
 
 
+class MetricError(ParalensError, ValueError):
+    """An inner product that is not one (not symmetric, not positive definite, weights not
+    positive finite reals), or a metric not positive definite at the point."""
+
+
+class UnsupportedError(ParalensError, NotImplementedError):
+    """An operation the object does not provide (an abstract method a subclass must
+    implement, a strategy asked for a space it cannot build)."""
+
+
 #: every class of the catalogue, in the order of the module docstring's table
 CATALOGUE = (DomainError, DimensionError, SlotError, SpaceMismatch, ShapeError, TargetError,
              TargetTypeError, CovectorError, HyperparameterError, KindError, NonFiniteError,
-             CheckpointError, CheckpointMismatch)
+             CheckpointError, CheckpointMismatch, MetricError, UnsupportedError)
 """Every error class the library raises on purpose (each a subclass of `ParalensError`)."""
 
 __all__ = ["ParalensError"] + [c.__name__ for c in CATALOGUE] + ["CATALOGUE"]

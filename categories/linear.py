@@ -18,6 +18,7 @@ import numpy as np
 
 from ._compose import check_composable
 from .spaces import Space
+from .errors import CovectorError
 
 tree_map = jax.tree_util.tree_map
 
@@ -46,7 +47,7 @@ def pairing(covector_value, vector_value):
     leaves_c = jax.tree_util.tree_leaves(covector_value)
     leaves_v = jax.tree_util.tree_leaves(vector_value)
     if len(leaves_c) != len(leaves_v):
-        raise ValueError("pairing a covector and a vector of different structure")
+        raise CovectorError("pairing a covector and a vector of different structure")
     return sum((jnp.sum(c * v) for c, v in zip(leaves_c, leaves_v)), jnp.asarray(0.0))
 
 
@@ -67,7 +68,7 @@ class _Tangent:
 
     def _same_kind(self, other, op):
         if type(other) is not type(self):
-            raise TypeError(self._mix_message(other, op))
+            raise CovectorError(self._mix_message(other, op))
         return other
 
     def _mix_message(self, other, op):
@@ -119,12 +120,12 @@ class Vector(_Tangent):
 
     def __rsub__(self, point):
         if isinstance(point, Covector):
-            raise TypeError(COVECTOR_IS_NOT_A_POINT)
+            raise CovectorError(COVECTOR_IS_NOT_A_POINT)
         return _leaves_add(point, _scale(-1.0, self.value))
 
     def __radd__(self, point):
         if isinstance(point, Covector):
-            raise TypeError(COVECTOR_IS_NOT_A_POINT)
+            raise CovectorError(COVECTOR_IS_NOT_A_POINT)
         return _leaves_add(point, self.value)
 
     def _mix_message(self, other, op):
@@ -152,10 +153,10 @@ class Covector(_Tangent):
         return f"cannot {op} a Covector and {type(other).__name__}: {COVECTOR_IS_NOT_A_POINT}"
 
     def __radd__(self, other):
-        raise TypeError(COVECTOR_IS_NOT_A_POINT)
+        raise CovectorError(COVECTOR_IS_NOT_A_POINT)
 
     def __rsub__(self, other):
-        raise TypeError(COVECTOR_IS_NOT_A_POINT)
+        raise CovectorError(COVECTOR_IS_NOT_A_POINT)
 
     def __call__(self, v):
         return pairing(self.value, v.value if isinstance(v, Vector) else v)
@@ -209,7 +210,7 @@ class Linear:
     def __call__(self, v):
         if isinstance(v, _Tangent):
             if not isinstance(v, self.kind):
-                raise TypeError(
+                raise CovectorError(
                     f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
                     f"got a {type(v).__name__}"
                 )

@@ -11,8 +11,25 @@ import jax
 
 from ._compose import check_composable
 from .spaces import DomainError, Product, R, Space, euclidean
+from .errors import KindError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
+
+
+def _lands(space: Space, y) -> str | None:
+    """None if y has the structure and shapes of a point of `space` (static), else why not."""
+    if isinstance(space, Product):
+        if not isinstance(y, tuple) or len(y) != len(space.factors):
+            return f"expected a tuple of {len(space.factors)}, got {type(y).__name__}"
+        return next((w for w in map(_lands, space.factors, y) if w), None)
+    if space.is_terminal:
+        return None if y is None else "expected None (R^0)"
+    shape = getattr(y, "shape", None)
+    if shape is None and isinstance(y, (int, float)):
+        shape = ()
+    if shape is None or tuple(shape) != tuple(space.shape):
+        return f"expected shape {tuple(space.shape)}, got {shape if shape is not None else y!r}"
+    return None
 
 
 class Smooth:
@@ -31,15 +48,21 @@ class Smooth:
 
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
         if not isinstance(dom, Space) or not isinstance(cod, Space):
-            raise TypeError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
+            raise KindError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
         self._check = check
 
     def __call__(self, x):
-        if self._check:
-            self.dom.check(x, f"the argument of {self.name}")
-        return self.fn(x)
+        if not self._check:
+            return self.fn(x)
+        self.dom.check(x, f"the argument of {self.name}")
+        y = self.fn(x)
+        why = _lands(self.cod, y)
+        if why:
+            raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
+                                f"codomain: {why}")
+        return y
 
     # -- composition (the one definition of ≫ in this category) -----------------------------
     def __rshift__(self, other: "Smooth") -> "Smooth":
@@ -68,7 +91,7 @@ class Smooth:
     def __add__(self, other: "Smooth") -> "Smooth":
         """Pointwise sum f + g : A → B, for a Euclidean codomain B."""
         if self.dom != other.dom or self.cod != other.cod:
-            raise TypeError(
+            raise SpaceMismatch(
                 f"cannot add {self.name} : {self.dom!r} → {self.cod!r} and "
                 f"{other.name} : {other.dom!r} → {other.cod!r}: the spaces differ"
             )
@@ -86,7 +109,7 @@ class Smooth:
 
 def _need_euclidean(space: Space, op: str) -> None:
     if not euclidean(space):
-        raise TypeError(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
+        raise SpaceMismatch(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
 
 
 def scale(c, f: Smooth) -> Smooth:
@@ -123,7 +146,7 @@ def pair(f: Smooth, g: Smooth) -> Smooth:
         [0.4794, 0.5]
     """
     if f.dom != g.dom:
-        raise TypeError(
+        raise SpaceMismatch(
             f"cannot pair {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
             "their domains differ"
         )
@@ -133,7 +156,7 @@ def pair(f: Smooth, g: Smooth) -> Smooth:
 
 def _binary(AB: Space, who: str) -> Product:
     if not isinstance(AB, Product) or len(AB.factors) != 2:
-        raise TypeError(f"{who} needs a binary product A × B, got {AB!r}")
+        raise SpaceMismatch(f"{who} needs a binary product A × B, got {AB!r}")
     return AB
 
 

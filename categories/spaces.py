@@ -19,12 +19,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import DimensionError, DomainError
+from .errors import DimensionError, DomainError, KindError
+
+
+#: the largest dimension of a space or layer size: an array axis beyond it (2^31 − 1, the
+#: index range of XLA's 32-bit loops) cannot be allocated anyway, and a larger number is a typo
+MAX_DIMENSION = 2**31 - 1
+#: the largest number of coordinates of one space (2^40, about 10^12: 8 TiB in float64)
+MAX_SIZE = 2**40
 
 
 def dimension(n, what: str, least: int = 0) -> int:
-    """n as a Python int if it is an integer ≥ `least` (numpy integers welcome; bools, floats,
-    strings refused), else `DimensionError` naming `what` and the value."""
+    """n as a Python int if it is an integer in [`least`, MAX_DIMENSION] (numpy integers
+    welcome; bools, floats, strings refused), else `DimensionError` naming `what` and the value."""
     if isinstance(n, (bool, np.bool_)):
         raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
     try:
@@ -33,6 +40,8 @@ def dimension(n, what: str, least: int = 0) -> int:
         raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}") from None
     if k < least:
         raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
+    if k > MAX_DIMENSION:
+        raise DimensionError(f"{what} must be an integer ≤ {MAX_DIMENSION} (2^31 − 1), got {n!r}")
     return int(k)
 
 
@@ -244,6 +253,9 @@ class R(Space):
 
     def __init__(self, *shape: int):
         shape = _dimensions(shape, f"R{shape!r}")  # non-negative integers (numpy's welcome)
+        if math.prod(shape) > MAX_SIZE:
+            raise DimensionError(f"R{shape} has {math.prod(shape)} coordinates, more than the "
+                                 f"{MAX_SIZE} (2^40) one space may have")
         if 0 in shape and shape != (0,):
             raise DimensionError(f"R{shape} has no points but R(0) is the terminal object: use R(0)")
         object.__setattr__(self, "shape", shape)
@@ -452,7 +464,7 @@ class Product(Space):
     def __init__(self, *factors: Space):
         for f in factors:
             if not isinstance(f, Space):
-                raise TypeError(f"Product of non-spaces: {f!r}")
+                raise KindError(f"Product of non-spaces: {f!r}")
         object.__setattr__(self, "factors", tuple(factors))
 
     @property

@@ -32,6 +32,7 @@ from .linear import Linear
 from .para import Para
 from .smooth import Smooth, fst, pair, snd
 from .spaces import OpenBall, OpenBox, Positive, Product, R, Space, euclidean
+from .errors import UnsupportedError
 
 #: The array shapes drawn: a scalar, a vector, a matrix (sides ≤ 4). R^0 is drawn separately.
 #: Few shapes on purpose: un-jitted JAX compiles every operation once per shape it meets.
@@ -231,7 +232,7 @@ def _into(space: Space):
         return "ball", (c(space._center()), c(0.9 * space.radius), c(1.0))
     if isinstance(space, Positive):
         return "positive", (c(np.full(space.shape, 0.1)),)
-    raise ValueError(f"smooth_maps cannot build maps into {space!r}")
+    raise UnsupportedError(f"smooth_maps cannot build maps into {space!r}")
 
 
 def _squash(kind: str, constants, z):

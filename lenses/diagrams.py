@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from categories import Product
 
 from . import picture
+from categories.errors import UnsupportedError
 
 # -- expressions ------------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ def _segment(dirs, a, b):
         for y in range(lo, hi + 1):
             dirs[y][xa] |= (_S if y < hi else 0) | (_N if y > lo else 0)
     else:
-        raise ValueError(f"wire segment {a} → {b} is not on a row or a column")
+        raise UnsupportedError(f"wire segment {a} → {b} is not on a row or a column")
 
 
 def render(lay: Layout) -> str:

@@ -27,11 +27,15 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from categories import Product, R, Space
+from categories.spaces import dimension
 
 from .families import LensFamily, family
+from .layers import _sizes
 from .para_lens import Layer
+from categories.errors import HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
 """The shape of the raw data of a PRNG key (`Keys()` is the space of such keys)."""
@@ -50,10 +54,11 @@ class Tokens(Space):
 
     shape: tuple
     vocab: int = 0
+    discrete = True  # not a dataclass field: integer points keep their dtype (`as_real`)
 
     def __init__(self, T: int, vocab: int):
-        if int(vocab) < 1 or int(T) < 1:
-            raise ValueError(f"Tokens needs T ≥ 1 and a vocabulary of at least 1, got {T}, {vocab}")
+        T = dimension(T, "Tokens: T", 1)
+        vocab = dimension(vocab, "Tokens: vocab", 1)
         object.__setattr__(self, "shape", (int(T),))
         object.__setattr__(self, "vocab", int(vocab))
 
@@ -80,6 +85,7 @@ class Keys(Space):
     """
 
     shape: tuple
+    discrete = True  # not a dataclass field: a key is never rounded to a float (`as_real`)
 
     def __init__(self):
         object.__setattr__(self, "shape", KEY_SHAPE)
@@ -103,6 +109,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
         >>> emb(jnp.array([1, 2, 3, 4]), emb.init(jax.random.PRNGKey(0))).shape
         (4, 3)
     """
+    vocab, d = _sizes("embedding", vocab=vocab, d=d)
     name = f"embedding({vocab}→{d})"
 
     def fwd(x, E):
@@ -112,7 +119,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
 
     def make(A: Space) -> Layer:
         if getattr(A, "vocab", None) != vocab or len(A.shape) != 1:
-            raise TypeError(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
+            raise SpaceMismatch(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
                             f"fix it with {name}.at(Tokens(T, {vocab}))")
         return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,
                      init=lambda k: jax.random.normal(k, (d, vocab)))
@@ -130,9 +137,12 @@ def dropout(rate: float) -> LensFamily:
         >>> set(np.asarray(y).tolist()) <= {0.0, 2.0}
         True
     """
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, (int, float, np.integer,
+                                                                   np.floating)):
+        raise HyperparameterError(f"dropout needs a rate, a number in [0, 1), got {rate!r}")
     rate = float(rate)
     if not 0.0 <= rate < 1.0:
-        raise ValueError(f"dropout needs 0 ≤ rate < 1, got {rate}")
+        raise HyperparameterError(f"dropout needs 0 ≤ rate < 1, got {rate}")
     name = f"dropout({rate:g})"
 
     def fwd(xk, p):
@@ -144,7 +154,7 @@ def dropout(rate: float) -> LensFamily:
 
     def make(AK: Space) -> Layer:
         if not isinstance(AK, Product) or len(AK.factors) != 2 or AK.factors[1] != Keys():
-            raise TypeError(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
+            raise SpaceMismatch(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
         A = AK.factors[0]
         lens = Layer(AK, A, R(0), fwd, name=name)
         lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")

@@ -8,5 +8,6 @@ package; this module lists none of them again.
 
 from categories.errors import (CATALOGUE, CheckpointError, CheckpointMismatch,  # noqa: F401
                                CovectorError, DimensionError, DomainError, HyperparameterError,
-                               KindError, NonFiniteError, ParalensError, ShapeError, SlotError,
-                               SpaceMismatch, TargetError, TargetTypeError)
+                               KindError, MetricError, NonFiniteError, ParalensError, ShapeError,
+                               SlotError, SpaceMismatch, TargetError, TargetTypeError,
+                               UnsupportedError)

@@ -44,7 +44,8 @@ import numpy as np
 from categories import Covector, OpenBall, OpenBox, Positive, Product, Space, Vector
 from categories.linear import unwrap
 
-from .metrics import Metric, translate
+from .metrics import Metric, translate, vector_value
+from categories.errors import DomainError, KindError
 
 __all__ = ["SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric"]
 
@@ -104,13 +105,30 @@ class _Ball:
         c, r = cls._cr(S, x)
         y, w = (x - c) / r, v / r  # the unit ball, where λ_y = 2 / (1 − ‖y‖²)
         yy = jnp.sum(y * y)
-        lam = 2.0 / (1.0 - yy)
+        ny = jnp.sqrt(yy)
+        gap_y = (1.0 - ny) * (1.0 + ny)
+        lam = 2.0 / gap_y
         n = jnp.sqrt(jnp.sum(w * w))
         safe = jnp.where(n > 0, n, 1.0)
-        # exp_y(w) = y ⊕ tanh(λ_y ‖w‖ / 2) w/‖w‖ (Möbius addition ⊕)
-        z = jnp.where(n > 0, jnp.tanh(lam * safe / 2.0) / safe, lam / 2.0) * w
-        yz, zz = jnp.sum(y * z), jnp.sum(z * z)
-        e = ((1.0 + 2.0 * yz + zz) * y + (1.0 - yy) * z) / (1.0 + 2.0 * yz + yy * zz)
+        # exp_y(w) = y ⊕ z, z = tanh(t) u, u = w/‖w‖, t = λ_y ‖w‖ / 2 (Möbius addition ⊕):
+        #   y ⊕ z = (‖y+z‖² y + (1−‖y‖²)(y+z)) / (‖y+z‖² + (1−‖y‖²)(1−‖z‖²)),
+        # the textbook (1 + 2⟨y,z⟩ + ‖z‖²) y + (1 − ‖y‖²) z over 1 + 2⟨y,z⟩ + ‖y‖²‖z‖² written
+        # with sums of non-negative terms: near the wall, once tanh rounds to 1, the textbook
+        # form cancels to nothing (a point 21 units short, or 0/0). The gaps to the wall are
+        # computed from their own formulas, never as 1 − (a rounded number near 1):
+        # 1 − ‖z‖² = sech²(t) from exp(−2t), 1 − ‖z‖ = sech²(t)/(1 + tanh t), and
+        # y + z = (‖y‖ − ‖z‖) u_y + ‖z‖ (u_y + u), ‖y‖ − ‖z‖ as a difference of gaps.
+        t = lam * n / 2.0
+        nz = jnp.tanh(t)
+        q = jnp.exp(-2.0 * t)
+        gap_z = 4.0 * q / ((1.0 + q) * (1.0 + q))  # 1 − ‖z‖² = sech²(t)
+        u = w / safe
+        uy = y / jnp.where(ny > 0, ny, 1.0)
+        y_plus_z = jnp.where(ny > 0, ((gap_z / (1.0 + nz)) - (1.0 - ny)) * uy + nz * (uy + u),
+                             nz * u)
+        ss = jnp.sum(y_plus_z * y_plus_z)
+        den = ss + gap_y * gap_z
+        e = (ss * y + gap_y * y_plus_z) / jnp.where(den > 0, den, 1.0)
         # Clamp to a margin that survives the rounding of c + r e (an error ~ eps ‖c‖).
         big = jnp.max(jnp.abs(c)) if c.size else jnp.asarray(0.0, x.dtype)
         rmax = 1.0 - 8.0 * _eps(x) * (1.0 + np.sqrt(max(x.size, 1)) * big / r)
@@ -176,6 +194,9 @@ class SlotMetric(Metric):
     rules: dict = {}
 
     def __init__(self, space: Space | None = None):
+        if space is not None and not isinstance(space, Space):
+            raise KindError(f"{type(self).__name__}: space must be a Space (the parameter "
+                            f"object, e.g. Positive(3)), got {space!r}")
         self.space = space
 
     def _map(self, S, leaf, euclid, *ts):
@@ -187,12 +208,16 @@ class SlotMetric(Metric):
                 return tuple(self._map(f, leaf, euclid, *(t[i] for t in ts))
                              for i, f in enumerate(S.factors))
             if _contains_kind(S, tuple(self.rules)):
-                raise TypeError(f"{self!r}: the point should be a tuple of {len(S.factors)} "
+                raise DomainError(f"{self!r}: the point should be a tuple of {len(S.factors)} "
                                 f"for {S!r}")
             return euclid(*ts)
         rule = next((r for k, r in self.rules.items() if isinstance(S, k)), None)
         if rule is None or ts[0] is None:
             return euclid(*ts)
+        for t in ts:  # the point and the (co)vector: arrays of the slot's shape
+            if tuple(jnp.shape(t)) != tuple(S.shape):
+                raise DomainError(f"{self!r}: a point or (co)vector of {S!r} has shape "
+                                  f"{tuple(S.shape)}, got shape {tuple(jnp.shape(t))}")
         return leaf(rule, S, *ts)
 
     def _space(self, *objs):
@@ -202,7 +227,7 @@ class SlotMetric(Metric):
                 return s
         if self.space is not None:
             return self.space
-        raise TypeError(f"{self!r} reads each slot's space from the covector's `.space` (as "
+        raise KindError(f"{self!r} reads each slot's space from the covector's `.space` (as "
                         "train_step passes it) or from space=: neither was given")
 
     def weights(self, p, space: Space | None = None):
@@ -220,14 +245,18 @@ class SlotMetric(Metric):
     def flat(self, p, vec, ctx=None):
         S = self._space(vec)
         out = self._map(S, lambda rule, s, x, v: v * rule.weight(s, x), lambda x, v: v,
-                        p, unwrap(vec))
+                        p, vector_value(vec, f"{self!r}.flat"))
         return Covector(out, getattr(vec, "space", None))
 
     def retract(self, p, v, space: Space | None = None):
         """The point reached from p along v: each slot's exponential map or retraction (p + v on
         Euclidean slots); inside the slot's open set for every v."""
         S = space if space is not None else self._space(v)
-        v = unwrap(v)
+        if not isinstance(S, Space):
+            raise KindError(f"{self!r}.retract: space must be a Space, got {S!r}")
+        if not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(p)):
+            S.check(p, f"the point given to {self!r}.retract")  # a move starts inside
+        v = vector_value(v, f"{self!r}.retract")  # a move along a vector, not a covector
         moved = self._map(S, lambda rule, s, x, d: rule.retract(s, x, d),
                           lambda x, d: translate(x, d), p, v)
         # In p's dtype, as the Euclidean move keeps it.

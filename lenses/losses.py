@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Covector, R, Smooth, Space
-from categories.errors import (HyperparameterError, KindError, ShapeError, TargetError,
-                               TargetTypeError)
+from categories.errors import (HyperparameterError, ParalensError, KindError, ShapeError, TargetError,
+                               TargetTypeError, UnsupportedError)
 
 _MISSING = object()
 _SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
@@ -87,7 +87,7 @@ class LossFamily:
     # -- what subclasses give ---------------------------------------------------------------
     def value(self, c, y):
         """L_y(c), a scalar, for one output c and one target y."""
-        raise NotImplementedError(f"{type(self).__name__} must implement value(c, y)")
+        raise UnsupportedError(f"{type(self).__name__} must implement value(c, y)")
 
     def output_space(self, y) -> Space:
         """The space of outputs that a target y belongs to (only y's shape and dtype are read)."""
@@ -105,7 +105,7 @@ class LossFamily:
 
     def output_fisher(self, z, v):
         """F(z) v, the output-space Fisher information of the predictive distribution."""
-        raise NotImplementedError
+        raise UnsupportedError(f"{self!r} knows no output-space Fisher information")
 
     @property
     def has_output_fisher(self) -> bool:
@@ -151,7 +151,7 @@ class LossFamily:
         y = jnp.asarray(y)
         value = self.value
         return Smooth(self.output_space(y), R(), lambda c: value(c, y),
-                      self.symbol or self._short(), check=False)
+                      self.symbol or self._short())  # checks the output it is given
 
     def check_targets(self, Y, output_space: Space | None = None, batched: bool = True):
         """Y, if it is a batch of targets (or, `batched=False`, one target) of this family
@@ -470,11 +470,47 @@ class CallableFamily(LossFamily):
     def output_space(self, y):
         key = (tuple(y.shape), np.dtype(y.dtype))
         if key not in self._spaces:
-            self._spaces[key] = self._loss(jnp.zeros(y.shape, y.dtype)).dom
+            self._spaces[key] = self._probe(jax.ShapeDtypeStruct(*key))
         return self._spaces[key]
+
+    def _probe(self, y) -> Space:
+        """The domain of the loss at an abstract target of y's shape and dtype: traced, so
+        that no made-up target value (zeros are no probability vector) is shown to a family
+        that checks values; a function that reads its target's value is shown zeros."""
+        found = []
+
+        def run(t):
+            found.append(self._loss(t).dom)
+            return jnp.zeros(())
+
+        try:
+            jax.eval_shape(run, y)
+        except jax.errors.ConcretizationTypeError:
+            return self._loss(jnp.zeros(y.shape, y.dtype)).dom
+        return found[0]
 
     def at(self, y):
         return self._loss(y)
+
+    def check_values(self, Y, batched: bool = True) -> None:
+        """The function's own refusals of concrete targets: it is shown the whole batch
+        once (a family wrapping a built-in one checks its values elementwise); where that
+        is refused, each example's target alone, and the first refusal is raised, naming
+        the example (a batch it refuses only as a batch is accepted)."""
+        if not batched:
+            self._loss(jnp.asarray(Y))
+            return
+        try:
+            self._loss(jnp.asarray(Y))
+            return
+        except ParalensError:
+            pass
+        for i, y in enumerate(Y):
+            try:
+                self._loss(jnp.asarray(y))
+            except ParalensError as e:  # the same refusal, naming the example
+                e.args = (f"{self!r}, example {i} of the batch: {e}",) + e.args[1:]
+                raise
 
     def _key(self):
         return (CallableFamily, _fn_key(self.fn))
@@ -514,6 +550,11 @@ def loss_family(family: Any) -> LossFamily:
                     f"softmax_cross_entropy(classes=k), or a LossFamily), got {family!r}")
 
 
+def _what_value(v) -> str:
+    shape = getattr(v, "shape", None)
+    return f"shape {tuple(shape)}" if shape is not None else type(v).__name__
+
+
 # -- the covector and the batch -------------------------------------------------------------------
 
 def dL(loss: Smooth, c) -> Covector:
@@ -527,6 +568,9 @@ def dL(loss: Smooth, c) -> Covector:
     if isinstance(loss, LossFamily):
         raise KindError(f"dL needs the loss for one target, got the family {loss!r}: "
                         "pass family(y)")
+    if not isinstance(loss, Smooth) or loss.cod != R():
+        raise KindError(f"dL needs a loss C → R (e.g. half_squared_error(y)), got {loss!r}")
+    loss.dom.check(c, f"the output given to dL of {loss.name}")
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
 
@@ -551,6 +595,11 @@ def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
     out = fam.output_space(jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
     dom = R(n, *out.shape)
     per = jax.vmap(fam.value)
+    value = jax.eval_shape(fam.value, jax.ShapeDtypeStruct(out.shape, jnp.result_type(float)),
+                           jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
+    if getattr(value, "shape", None) != ():
+        raise KindError(f"{fam!r}: value(c, y) must be a number (the loss of one output), got "
+                        f"{_what_value(value)}; a vector of losses is not averaged silently")
 
     def fn(C):
         if tuple(jnp.shape(C)) != dom.shape:

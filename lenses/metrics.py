@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from categories import Covector, Space, Vector
-from categories.errors import CovectorError
+from categories import Covector, Product, Space, Vector
+from categories.errors import CovectorError, KindError, MetricError, SlotError, UnsupportedError
 from categories.linear import pairing, unwrap
 
 from .losses import LossFamily, loss_family
@@ -68,10 +69,10 @@ class Metric:
     """
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
-        raise NotImplementedError
+        raise UnsupportedError(f"{type(self).__name__} must implement sharp")
 
     def flat(self, p, vec, ctx: Context | None = None) -> Covector:
-        raise NotImplementedError
+        raise UnsupportedError(f"{type(self).__name__} must implement flat")
 
     def inner(self, p, u, v, ctx: Context | None = None):
         """g_p(u, v) = ⟨u♭, v⟩."""
@@ -94,15 +95,43 @@ def covector_value(cov, who: str = "sharp"):
     if isinstance(cov, Vector):
         raise CovectorError(f"{who} takes a covector, got a Vector: a vector is already a vector "
                             "(the sharp map turns a covector into one; flat goes back)")
-    value = unwrap(cov)
-    for leaf in jax.tree_util.tree_leaves(value):  # static: dtypes, also under jit
+    return _real_leaves(unwrap(cov), who, "a covector")
+
+
+def _real_leaves(value, who: str, kind: str):
+    """value, if every leaf holds real numbers (static: dtypes, also under jit), else
+    `CovectorError` naming `who`, what it takes, and the leaf."""
+    for leaf in jax.tree_util.tree_leaves(value):
         dtype = getattr(leaf, "dtype", None)
         real = (isinstance(leaf, (int, float)) and not isinstance(leaf, bool)) if dtype is None \
             else bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
         if not real:
-            raise CovectorError(f"{who} takes a covector of real numbers, got a leaf "
+            raise CovectorError(f"{who} takes {kind} of real numbers, got a leaf "
                                 f"{type(leaf).__name__}" + (f" of dtype {dtype}" if dtype else ""))
     return value
+
+
+def vector_value(vec, who: str = "flat"):
+    """The raw value of a vector given to a flat map: a `Vector`, or its raw value; a
+    `Covector` is refused (`CovectorError`): flat turns vectors into covectors."""
+    if isinstance(vec, Covector):
+        raise CovectorError(f"{who} takes a vector, got a Covector: a covector is already a "
+                            "covector (the flat map turns a vector into one; sharp goes back)")
+    return _real_leaves(unwrap(vec), who, "a vector")
+
+
+def _real_weights(leaf, who: str):
+    """Refuse (`MetricError`) weights that are not real, finite and positive."""
+    if isinstance(leaf, jax.core.Tracer):
+        return
+    a = np.asarray(leaf)
+    if a.dtype.kind not in "fiu":
+        raise MetricError(f"{who} must be real numbers, got dtype {a.dtype}")
+    bad = ~(np.isfinite(a) & (a > 0))
+    if bad.any():
+        i = tuple(int(k) for k in np.argwhere(bad)[0]) if a.ndim else ()
+        raise MetricError(f"{who} must be positive finite numbers, got {a[i] if a.ndim else a} "
+                          f"at index {i}")
 
 
 def _space_of(x, default=None):
@@ -121,7 +150,7 @@ class Euclidean(Metric):
         return Vector(covector_value(cov, "Euclidean().sharp"), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(unwrap(vec), _space_of(vec))
+        return Covector(vector_value(vec, "Euclidean().flat"), _space_of(vec))
 
 
 class Diagonal(Metric):
@@ -134,9 +163,8 @@ class Diagonal(Metric):
     """
 
     def __init__(self, weights):
-        leaves = jax.tree_util.tree_leaves(weights)
-        if any(bool(jnp.any(jnp.asarray(w) <= 0)) for w in leaves if not isinstance(w, jax.core.Tracer)):
-            raise ValueError("Diagonal metric weights must be positive")
+        for leaf in jax.tree_util.tree_leaves(weights):
+            _real_weights(leaf, "Diagonal metric weights")
         self.weights = weights
 
     def _apply(self, x, op):
@@ -145,6 +173,13 @@ class Diagonal(Metric):
             return x
         if isinstance(w, (int, float)) or (hasattr(w, "ndim") and w.ndim == 0):
             return tree_map(lambda a: op(a, w), x)
+        xs, ws = jax.tree_util.tree_structure(x), jax.tree_util.tree_structure(w)
+        shapes = [jnp.shape(a) for a in jax.tree_util.tree_leaves(x)]
+        wshapes = [jnp.shape(a) for a in jax.tree_util.tree_leaves(w)]
+        if xs != ws or shapes != wshapes:
+            raise MetricError(f"Diagonal metric weights must be shaped like the point (or be one "
+                              f"number): weights of shapes {wshapes}, a (co)vector of shapes "
+                              f"{shapes}")
         return tree_map(op, x, w)
 
     def sharp(self, p, cov, ctx=None):
@@ -152,7 +187,8 @@ class Diagonal(Metric):
                       _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(self._apply(unwrap(vec), lambda a, w: a * w), _space_of(vec))
+        return Covector(self._apply(vector_value(vec, "Diagonal.flat"), lambda a, w: a * w),
+                        _space_of(vec))
 
 
 class Constant(Metric):
@@ -169,28 +205,67 @@ class Constant(Metric):
     def __init__(self, G, space: Space | None = None, slot: int | None = None):
         G = jnp.asarray(G)
         if G.ndim != 2 or G.shape[0] != G.shape[1]:
-            raise ValueError(f"Constant metric needs a square matrix, got shape {G.shape}")
+            raise MetricError(f"Constant metric needs a square matrix, got shape {G.shape}")
+        if not isinstance(G, jax.core.Tracer):
+            g = np.asarray(G)
+            if g.dtype.kind not in "fiu" or not np.isfinite(g).all():
+                raise MetricError(f"Constant metric needs a matrix of finite real numbers, got "
+                                  f"dtype {g.dtype}" + ("" if g.dtype.kind not in "fiu" else
+                                                        " with NaN or infinite entries"))
+            asym = np.abs(g - g.T)
+            if not np.all(asym <= 1e-10 * max(np.abs(g).max(), 1e-300)):
+                i = tuple(int(k) for k in np.unravel_index(np.argmax(asym), g.shape))
+                raise MetricError(f"Constant metric needs a symmetric matrix: G{list(i)} = "
+                                  f"{g[i]} but G{list(i[::-1])} = {g[i[::-1]]}")
+        if space is not None and not isinstance(space, Space):
+            raise KindError(f"Constant: space must be a Space (e.g. R(3)), got {space!r}")
+        if slot is not None:
+            slot = _slot(slot, space)
         self.G, self.space, self.slot = G, space, slot
         self.L = jnp.linalg.cholesky(G)
         if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
-            raise ValueError("Constant metric needs a positive-definite matrix (Cholesky failed)")
+            raise MetricError("Constant metric needs a positive-definite matrix (Cholesky failed)")
         eig = None if isinstance(self.L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
         if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(self.L.dtype).eps * eig[-1]):
-            raise ValueError("Constant metric needs a positive-definite matrix (G is singular)")
+            raise MetricError("Constant metric needs a positive-definite matrix (G is singular)")
 
     def _map(self, x, f):
         if self.slot is None:
-            return unflatten_like(f(ravel(x)), x)
+            return unflatten_like(f(self._fits(ravel(x), "the (co)vector")), x)
+        if not isinstance(x, tuple) or self.slot >= len(x):
+            raise SlotError(f"Constant(slot={self.slot}) needs a point with a slot "
+                            f"{self.slot}, got " + (f"a tuple of {len(x)}" if isinstance(x, tuple)
+                                                    else "a point of one slot"))
         parts = list(x)
-        parts[self.slot] = unflatten_like(f(ravel(parts[self.slot])), parts[self.slot])
+        parts[self.slot] = unflatten_like(
+            f(self._fits(ravel(parts[self.slot]), f"slot {self.slot} of the (co)vector")),
+            parts[self.slot])
         return tuple(parts)
+
+    def _fits(self, flat, what: str):
+        if flat.shape[0] != self.G.shape[0]:
+            raise CovectorError(f"Constant metric of a {self.G.shape[0]}×{self.G.shape[0]} "
+                                f"matrix: {what} has {flat.shape[0]} coordinates")
+        return flat
 
     def sharp(self, p, cov, ctx=None):
         solve = lambda g: jax.scipy.linalg.cho_solve((self.L, True), g)  # noqa: E731
         return Vector(self._map(covector_value(cov, "Constant.sharp"), solve), _space_of(cov))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(self._map(unwrap(vec), lambda v: self.G @ v), _space_of(vec))
+        return Covector(self._map(vector_value(vec, "Constant.flat"), lambda v: self.G @ v),
+                        _space_of(vec))
+
+
+def _slot(slot, space):
+    """`slot` as an int if it is a slot of `space` (when given), else `SlotError`."""
+    if isinstance(slot, (bool, np.bool_)) or not isinstance(slot, (int, np.integer)) or slot < 0:
+        raise SlotError(f"Constant: slot must be a non-negative integer, got {slot!r}")
+    n = len(space.factors) if isinstance(space, Product) else None
+    if space is not None and (n is None or slot >= n):
+        raise SlotError(f"Constant: slot {slot} is not a slot of {space!r}"
+                        + (f" (it has slots 0 to {n - 1})" if n else " (it has no slots)"))
+    return int(slot)
 
 
 def translate(p, v):

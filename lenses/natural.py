@@ -40,6 +40,7 @@ from categories.linear import unwrap
 from .losses import dL, loss_family
 from .metrics import Context, Metric, covector_value, ravel, unflatten_like
 from .para_lens import batched
+from categories.errors import HyperparameterError, KindError, MetricError
 
 tree_map = jax.tree_util.tree_map
 
@@ -48,10 +49,10 @@ tree_map = jax.tree_util.tree_map
 
 def _data(ctx, who):
     if ctx is None or ctx.model is None or ctx.loss is None or ctx.x is None or ctx.y is None:
-        raise TypeError(f"{who} depends on the model and the data: pass "
+        raise KindError(f"{who} depends on the model and the data: pass "
                         "ctx=Context(model, loss_family, x, y, reduction)")
     if ctx.reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {ctx.reduction!r}")
+        raise HyperparameterError(f"reduction must be 'mean' or 'sum', got {ctx.reduction!r}")
     n = jax.tree_util.tree_leaves(ctx.x)[0].shape[0]
     return n, (1.0 / n if ctx.reduction == "mean" else 1.0)
 
@@ -67,7 +68,7 @@ def output_fisher(family):
     """
     fam = loss_family(family)
     if not fam.has_output_fisher:
-        raise TypeError(f"no predictive distribution is known for the loss family {fam!r}: "
+        raise KindError(f"no predictive distribution is known for the loss family {fam!r}: "
                         "Fisher needs its output-space Fisher F(z) v. Give the family an "
                         "output_fisher(z, v) method (subclass LossFamily), or pass "
                         "output_fisher=(z, v) ↦ F(z) v to the metric; GaussNewton needs only "
@@ -141,7 +142,7 @@ class _DataMetric(Metric):
         g = covector_value(cov, f"{self!r}.sharp")
         x = self._run("_sharp", p, g, ctx)
         if _finite(g) is True and _finite(x) is False:  # concrete values only, not under jit
-            raise ValueError(f"{self!r} is not positive definite here (the solve failed): "
+            raise MetricError(f"{self!r} is not positive definite here (the solve failed): "
                              "add damping, or use more examples than parameters")
         return Vector(x, _space(cov, ctx))
 
@@ -171,9 +172,9 @@ class GaussNewton(_DataMetric):
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
         if damping < 0:
-            raise ValueError(f"damping must be ≥ 0, got {damping}")
+            raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
         if solver not in ("auto", "dense", "cg"):
-            raise ValueError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
+            raise HyperparameterError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
         self.damping, self.solver = float(damping), solver
         self.cg_iters, self.cg_tol, self.dense_max = cg_iters, cg_tol, dense_max
 

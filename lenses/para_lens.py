@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Covector, Product, Smooth, Space, Vector, check_composable
-from categories.errors import CovectorError, KindError, ShapeError, SpaceMismatch
+from categories import Covector, Product, R, Smooth, Space, Vector, check_composable
+from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories import para_tie as _tie_para
 from categories.linear import unwrap
 from categories.para import one_slot, slot_uses
@@ -262,7 +262,7 @@ class ParaLens(metaclass=_Builds):
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
         self._check_point(a, p)
-        b, pull = self._vjp(as_real(a), p, False)
+        b, pull = self._vjp(as_real(self.dom, a), p, False)
         return b, self._wrap(pull, out=b)
 
     def backward(self, a, p, b_cov):
@@ -271,12 +271,20 @@ class ParaLens(metaclass=_Builds):
 
     def _wrap(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
         dom, param, cod, name = dom or self.dom, self.param, self.cod, self.name
+        # a batch's covector may be labelled with the codomain or with R^{n × cod}
+        labels = (cod.tangent,) + ((R(*lead, *cod.shape),) if lead and not isinstance(
+            cod, Product) and not cod.is_terminal else ())
 
         def pullback(b_cov):
             """(a', p') for the covector b' on the codomain (a `Covector`, or its raw value)."""
-            check_cotangent(cod, b_cov, f"the covector given to the backward part of {name}",
-                            lead)
+            what = f"the covector given to the backward part of {name}"
+            check_cotangent(cod, b_cov, what, lead)
+            if isinstance(b_cov, Covector) and b_cov.space is not None and \
+                    b_cov.space.tangent not in labels:  # the cotangent spaces must agree
+                raise CovectorError(f"{what} is a covector on {b_cov.space!r}, but the "
+                                    f"codomain of {name} is {cod!r}")
             c = unwrap(b_cov)
+            _check_finite(c, what)
             if out is not None:  # a covector of integers (or of another float width) is one of
                 c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
             da, dp = pull(c)
@@ -304,9 +312,18 @@ class ParaLens(metaclass=_Builds):
         return self.lift(lambda lens: Reparam(lens, r, init, name))
 
 
-def as_real(a):
-    """a with integer leaves as floats (the default float type): an input of integers is a
-    point of R^n, and its covector must be one too (JAX would give integers a `float0` one)."""
+def as_real(space: Space, a):
+    """a with its integer leaves as floats (the default float type) where they are points of
+    R^n, whose covectors must be real too (JAX would give integers a `float0` one); leaves on
+    a discrete space (`discrete`: token ids, PRNG keys) keep their integer dtype, since
+    rounding them changes the point (a key in float32 is another key), and their covector is
+    JAX's float0 zero."""
+    if isinstance(space, Product):
+        if not isinstance(a, tuple):
+            return a
+        return tuple(as_real(f, x) for f, x in zip(space.factors, a))
+    if getattr(space, "discrete", False) or a is None:
+        return a
     return tree_map(lambda v: jnp.asarray(v, jnp.result_type(float))
                     if jnp.issubdtype(jnp.result_type(v), jnp.integer) else v, a)
 
@@ -365,6 +382,19 @@ def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
                             f"{f' (with leading axes {tuple(lead)})' if lead else ''}: {why}")
 
 
+def _check_finite(c, what: str) -> None:
+    """Refuse (`CovectorError`) a concrete covector holding NaN or infinity (under a trace
+    there are no values: a training step records a non-finite covector as a fault)."""
+    for i, leaf in enumerate(jax.tree_util.tree_leaves(c)):
+        if isinstance(leaf, jax.core.Tracer) or not jnp.issubdtype(jnp.result_type(leaf),
+                                                                     jnp.inexact):
+            continue
+        a = np.asarray(leaf)
+        if not np.isfinite(a).all():
+            j = tuple(int(k) for k in np.argwhere(~np.isfinite(a))[0])
+            raise CovectorError(f"{what} holds {a[j]} at index {j} (leaf {i}), not a real number")
+
+
 def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     """The number of examples n ≥ 1 if X is a batch of points of `dom` (shape (n, *dom.shape),
     real numbers; a tuple of such batches, of one n, for a product domain), else `ShapeError`
@@ -410,6 +440,15 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
                 i = tuple(int(k) for k in np.argwhere(~finite)[0])
                 raise ShapeError(f"{who}: the batch{where} holds {np.asarray(x)[i]} at index "
                                  f"{i}, not a real number")
+        if concrete_values and not isinstance(x, jax.core.Tracer) and \
+                type(S).interior_margin is not Space.interior_margin:
+            # an open subset (tokens, a box, ...): each row a point of it, as `S.check` asks
+            # of one example on the per-example path
+            inside = np.asarray(jax.vmap(S.interior_margin)(jnp.asarray(x))) > 0
+            if not inside.all():
+                i = tuple(int(k) for k in np.argwhere(~inside)[0])
+                raise DomainError(f"{who}: example {i[0]} of the batch{where} is not a point of "
+                                  f"{S!r}: coordinate {i[1:]} is {np.asarray(x)[i]}")
 
     walk(dom, X, "")
     sizes = {n for _, n in found}
@@ -806,7 +845,7 @@ class Batched:
         codomain (a `Covector` or its raw value, leading axis n) and gives the batch of input
         covectors and the parameter covector added over the batch."""
         n = self._check(X, p)
-        b, pull = self.lens._vjp(as_real(X), p, True)
+        b, pull = self.lens._vjp(as_real(self.lens.dom, X), p, True)
         return b, self.lens._wrap(pull, lead=(n,), out=b)
 
     def backward(self, X, p, B_cov):

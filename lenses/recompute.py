@@ -20,6 +20,8 @@ from categories.spaces import dimension
 
 from . import picture
 
+from categories.errors import KindError
+
 from .para_lens import Chain, ParaLens, need_lens, sequence_vjp
 
 tree_map = jax.tree_util.tree_map
@@ -174,6 +176,9 @@ def checkpoint(lens, policy=None, segments=None):
         (True, True)
     """
     need_lens(lens, "checkpoint")
+    if policy is not None and not callable(policy):
+        raise KindError(f"checkpoint: policy must be one of jax.checkpoint_policies (a callable), "
+                        f"got {policy!r}")
     if segments is not None:
         _segments(1, segments)  # refuse a bad argument now, not when a family is fixed
     return lens.lift(lambda member: Checkpointed(member, policy, segments),

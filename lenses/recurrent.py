@@ -31,10 +31,11 @@ import jax.numpy as jnp
 from categories import Product, R, Smooth, Space
 
 from .families import LensFamily, family
-from .layers import _normal, identity
+from .layers import _normal, _sizes, identity
 from .para_lens import Layer, Reparam, at_path
 from .repetition import repeat, stacked
 from .structure import copy
+from categories.errors import SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -52,6 +53,7 @@ def rnn_cell(n_in: int, n_hidden: int) -> Layer:
         >>> cell((jnp.ones(3), jnp.zeros(4)), cell.init(jax.random.PRNGKey(0))).shape
         (4,)
     """
+    n_in, n_hidden = _sizes("rnn_cell", n_in=n_in, n_hidden=n_hidden)
     def fwd(xh, p):
         (x, h), (W, U, b) = xh, p
         return jnp.tanh(W @ x + U @ h + b)
@@ -76,6 +78,7 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
         >>> [leaf.shape for leaf in cell.init(jax.random.PRNGKey(0))]
         [(12, 3), (12, 4), (12,), (12,)]
     """
+    n_in, n_hidden = _sizes("gru_cell", n_in=n_in, n_hidden=n_hidden)
     m = n_hidden
 
     def fwd(xh, p):
@@ -182,7 +185,7 @@ def _unroll_at(cell, A: Space):
     (X1, H) = cell.dom.factors
     n_in = X1.shape[0]
     if len(A.shape) != 2 or A.shape[1] != n_in:
-        raise TypeError(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
+        raise SpaceMismatch(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
     T = A.shape[0]
     X, Hs = R(T, n_in), R(T, *H.shape)
 
@@ -214,7 +217,7 @@ def unroll(cell) -> LensFamily:
         unroll(rnn_cell(3→4), T=5) : R^{5×3} → R^{5×4}, params R^{4×3}×R^{4×4}×R^4
     """
     if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
-        raise TypeError(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
+        raise SpaceMismatch(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
 

@@ -28,9 +28,10 @@ from categories import R, Space
 
 from .families import LensFamily, family
 from .losses import LossFamily
-from .layers import _normal, gelu, identity, residual
+from .layers import _normal, _sizes, gelu, identity, positive_number, residual
 from .para_lens import Layer
 from .structure import copy
+from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
 
 
 def _row(v, x):
@@ -42,7 +43,7 @@ def _row(v, x):
 def _sequence(A: Space, who: str, d: int | None = None) -> tuple:
     if len(A.shape) != 2 or (d is not None and A.shape[1] != d):
         want = f"R^{{T×{d}}}" if d is not None else "R^{T×d}"
-        raise TypeError(f"{who} needs sequences {want} (one row per position), got {A!r}")
+        raise SpaceMismatch(f"{who} needs sequences {want} (one row per position), got {A!r}")
     return A.shape
 
 
@@ -57,6 +58,7 @@ def positionwise_dense(n_in: int, n_out: int, name: str | None = None) -> LensFa
         >>> f.cod, n_params(f)
         (R^{5×2}, 10)
     """
+    n_in, n_out = _sizes("positionwise_dense", n_in=n_in, n_out=n_out)
     name = name or f"positionwise_dense({n_in}→{n_out})"
 
     def fwd(X, Wb):
@@ -80,6 +82,8 @@ def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
         >>> round(float(y.mean()), 6), round(float(y.std()), 3)
         (0.0, 1.0)
     """
+    (d,) = _sizes("layer_norm", d=d)
+    eps = positive_number("layer_norm", "eps", eps)
     name = f"layer_norm({d})"
 
     def fwd(x, gb):
@@ -89,7 +93,7 @@ def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
 
     def make(A: Space) -> Layer:
         if not A.shape or A.shape[-1] != d:
-            raise TypeError(f"{name} normalises a last axis of length {d}, got {A!r}")
+            raise SpaceMismatch(f"{name} normalises a last axis of length {d}, got {A!r}")
         return Layer(A, A, R(d) * R(d), fwd, name=name,
                      init=lambda k: (jnp.ones((d,)), jnp.zeros((d,))))
 
@@ -130,7 +134,7 @@ def attention_core(A: Space, heads: int, causal: bool = True) -> Layer:
     """
     T, d = _sequence(A, "attention_core")
     if d % heads:
-        raise ValueError(f"attention_core: {heads} heads do not divide the width {d}")
+        raise DimensionError(f"attention_core: {heads} heads do not divide the width {d}")
     dh = d // heads
     # numpy constants: built once here, not traced again at every call
     mask = np.tril(np.ones((T, T), dtype=bool))[None, :, :]
@@ -160,6 +164,9 @@ def multi_head_attention(d: int, heads: int, causal: bool = True) -> LensFamily:
         >>> att.cod, n_params(att)
         (R^{5×8}, 288)
     """
+    d, heads = _sizes("multi_head_attention", d=d, heads=heads)
+    if d % heads:
+        raise DimensionError(f"multi_head_attention: {heads} heads do not divide the width {d}")
     name = f"multi_head_attention({d}, {heads} heads{', causal' if causal else ''})"
 
     def make(A: Space):
@@ -180,6 +187,9 @@ def transformer_block(d: int, heads: int, hidden: int, causal: bool = True) -> L
         >>> block.cod, n_params(block)
         (R^{5×8}, 600)
     """
+    d, heads, hidden = _sizes("transformer_block", d=d, heads=heads, hidden=hidden)
+    if d % heads:
+        raise DimensionError(f"transformer_block: {heads} heads do not divide the width {d}")
     name = f"transformer_block({d}, {heads} heads, {hidden})"
 
     def make(A: Space):
@@ -218,10 +228,10 @@ class SequenceCrossEntropy(LossFamily):
 
     def output_space(self, y):
         if self.classes is None:
-            raise TypeError("sequence_cross_entropy needs the number of classes: use "
+            raise TargetTypeError("sequence_cross_entropy needs the number of classes: use "
                             "sequence_cross_entropy(classes=k)")
         if len(y.shape) != 1:
-            raise ValueError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
+            raise TargetError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
         return R(y.shape[0], self.classes)
 
     def check_values(self, Y, batched=True):
@@ -229,7 +239,7 @@ class SequenceCrossEntropy(LossFamily):
         bad = (labels < 0) | (labels >= self.classes) | (labels != np.asarray(Y))
         if np.any(bad):
             i = tuple(int(j) for j in np.argwhere(bad)[0])
-            raise ValueError(f"{self!r}: labels must be integers in [0, {self.classes}), got "
+            raise TargetError(f"{self!r}: labels must be integers in [0, {self.classes}), got "
                              f"{np.asarray(Y)[i]} at index {i}")
 
     def targets_ok(self, Y):

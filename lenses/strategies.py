@@ -44,6 +44,7 @@ from .lens import lens_of
 from .losses import binary_cross_entropy, half_squared_error, softmax_cross_entropy
 from .para_lens import ParaLens, tie
 from .structure import add, copy
+from categories.errors import UnsupportedError
 
 points = cs.points
 covectors = cs.covectors
@@ -267,7 +268,7 @@ def _squash(space: Space):
         return lambda x: 0.1 + jax.nn.softplus(x)
     if isinstance(space, R):
         return lambda x: x
-    raise ValueError(f"affine_maps cannot build maps into {space!r}")
+    raise UnsupportedError(f"affine_maps cannot build maps into {space!r}")
 
 
 @st.composite

@@ -1,20 +1,32 @@
-"""Each benchmark's own agreement check, at a small size: the contestants the suite can run
-(JAX and this library; PyTorch is a bench extra) take the step numpy's hand-written
-backpropagation takes, in float32."""
+"""Each benchmark's own agreement check, at a small size, in float32 (what users run): the
+contestants the suite can run (JAX and this library; PyTorch is a bench extra).
+
+- bench/step.py: one step of each contestant is the step numpy's hand-written
+  backpropagation takes;
+- bench/modern.py: the tiny language model (embedding, dropout keyed per example, a
+  transformer block, layer_norm, the head), one SGD step as a lens expression against the
+  same network written in JAX (a float32-rounded dropout key gave another mask: 1.3 apart).
+"""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def bench(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCH))  # a bench imports its neighbour _common
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
     return module
 
 
@@ -25,3 +37,24 @@ def test_step_bench_contestants_agree_with_numpy(loss):
     assert set(errors) == {"lens", "train_step", "jax", "run (2 steps)"}
     for name, err in errors.items():
         assert err < 1e-5, (name, err)
+
+
+def test_modern_lm_step_agrees_with_jax_in_float32():
+    modern = bench("modern")
+    cfg = dict(T=8, d=16, heads=2, layers=1, batch=4, rate=0.3)
+    with jax.enable_x64(False):
+        _, p, X, Y, lens, jx = modern.setup("lm", cfg)
+        assert np.asarray(X[1]).dtype == np.uint32  # the keys, as the bench passes them
+        (p_lens, loss_lens), (p_jax, loss_jax) = lens(p, X, Y), jx(p, X, Y)
+        pairs = list(zip(jax.tree_util.tree_leaves(p_lens), jax.tree_util.tree_leaves(p_jax)))
+        assert len(pairs) == len(jax.tree_util.tree_leaves(p)) > 10
+        for (a, b), a0 in zip(pairs, jax.tree_util.tree_leaves(p)):
+            assert np.asarray(a).dtype == np.float32
+            # relative 1e-4 (the bench's bound), measured against the step size where a
+            # leaf's covector vanishes (the key bias: attention ignores it) and is all noise
+            scale = max(float(np.max(np.abs(np.asarray(b)))), modern.LR * 1e-2)
+            assert float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) / scale < 1e-4
+        assert abs(float(loss_lens) - float(loss_jax)) < 1e-4 * abs(float(loss_jax))
+        # the step moved the parameters (a real comparison)
+        assert max(float(np.max(np.abs(np.asarray(b) - np.asarray(a0))))
+                   for (_, b), a0 in zip(pairs, jax.tree_util.tree_leaves(p))) > 0

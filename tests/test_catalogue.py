@@ -23,7 +23,8 @@ BUILTIN = {DomainError: ValueError, DimensionError: ValueError, SlotError: Value
            SpaceMismatch: TypeError, ShapeError: ValueError, TargetError: ValueError,
            TargetTypeError: TypeError, CovectorError: TypeError, HyperparameterError: ValueError,
            KindError: TypeError, NonFiniteError: FloatingPointError,
-           CheckpointError: ValueError, CheckpointMismatch: ValueError}
+           CheckpointError: ValueError, CheckpointMismatch: ValueError,
+           lenses.MetricError: ValueError, lenses.UnsupportedError: NotImplementedError}
 
 
 def test_every_class_is_documented_in_the_table_and_catchable_as_a_builtin():

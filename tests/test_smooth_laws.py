@@ -160,8 +160,9 @@ def test_fst_returning_the_second_component_is_reported():
         laws.check_pair_projections(SQUARE, SHIFT, x3, fst=fake_fst)
     with pytest.raises(AssertionError, match="check_pairing_uniqueness"):
         laws.check_pairing_uniqueness(pair(SQUARE, SHIFT), x3, fst=fake_fst)
-    # On different factors the wrong component has the wrong shape: still a failed law.
-    with pytest.raises(AssertionError, match="shapes differ"):
+    # On different factors the wrong component has the wrong shape: still a failed law (the
+    # map itself refuses to leave its codomain, which the checker reports)
+    with pytest.raises(AssertionError, match="shapes differ|does not land in its codomain"):
         laws.check_pair_projections(SQUARE, TO_M, x3, fst=fake_fst)
 
 
@@ -192,9 +193,10 @@ def test_discard_that_returns_something_is_reported():
     def keep(A):
         return Smooth(A, R(0), lambda x: x, "not !")
 
-    with pytest.raises(AssertionError, match="single point None"):
+    # a map into R^0 returning something refuses to leave R^0 ({None}): a failed law
+    with pytest.raises(AssertionError, match="single point None|does not land.*R\\^0"):
         laws.check_discard(TO_Z, x3, discard=keep)
-    with pytest.raises(AssertionError, match="single point None"):
+    with pytest.raises(AssertionError, match="single point None|does not land.*R\\^0"):
         laws.check_discard(Smooth(V, Z, lambda x: jnp.zeros(0)), x3)
     with pytest.raises(AssertionError, match="terminal"):
         laws.check_discard(SQUARE, x3)

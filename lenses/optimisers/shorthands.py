@@ -10,7 +10,7 @@ fault policy (see `faults`).
 
 from __future__ import annotations
 
-from categories.errors import KindError
+from categories.errors import HyperparameterError, KindError
 
 from .lens import Optimiser, Update, chain
 from .parts import (check_learning_rate, is_part, scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
@@ -123,8 +123,42 @@ def from_optax(tx, metric=None, *, lookahead=False, on_domain_error: str = "rais
     if not is_part(tx):
         raise KindError(f"from_optax needs an optax.GradientTransformation (callable init and "
                         f"update), got {tx!r}")
+    _probe_optax(tx)
     return chain(sharp(metric), tx, lookahead=lookahead, on_domain_error=on_domain_error,
                  max_halvings=max_halvings, name="from_optax")
+
+
+def _probe_optax(tx) -> None:
+    """Refuse (`HyperparameterError`) a transformation that climbs the slope or whose updates
+    grow without a covector, read off a few updates of one coordinate (optax does not expose
+    its hyperparameters). The covectors 1 then 0 give u₀, u₁; the covectors 0 then 1 give
+    w₁, the update of a fresh covector at the same step (the same learning rate, whatever
+    the schedule). A descent method has u₀ ≤ 0 (a negative learning rate gives u₀ > 0), and
+    momentum β gives u₁ / w₁ = β (heavy ball; β²/(1+β) for Nesterov; < 1 for Adam): above 1
+    the memory of a covector outweighs the covector itself, and the steps grow for ever."""
+    import jax.numpy as jnp
+
+    def run(covectors):
+        p = jnp.zeros(())
+        state, out = tx.init(p), []
+        for g in covectors:
+            u, state = tx.update(jnp.asarray(g, p.dtype), state, p)
+            out.append(float(u))
+        return out
+
+    try:
+        u0, u1 = run([1.0, 0.0])
+        _, w1 = run([0.0, 1.0])
+    except Exception:  # noqa: BLE001 - one needing extra arguments or shapes: not probed
+        return
+    if u0 > 0:
+        raise HyperparameterError(f"from_optax: the transformation climbs the slope (its first "
+                                  f"update along the covector 1 is {u0:+g}): a negative "
+                                  "learning rate? optax's updates are added to the point")
+    if w1 != 0 and abs(u1) > abs(w1) * (1 + 1e-6):
+        raise HyperparameterError(f"from_optax: the transformation's updates grow without a "
+                                  f"covector (a past covector weighs {abs(u1 / w1):g} times a "
+                                  "fresh one): a momentum above 1?")
 
 
 __all__ = ["gd", "momentum", "nesterov", "adagrad", "adam", "from_optax"]
