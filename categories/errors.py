@@ -54,6 +54,8 @@ MetricError            an inner product that is not one: a matrix not symmetric 
 UnsupportedError       an operation the object does not provide: an abstract method a
                        subclass must implement, a strategy asked for a space it cannot
                        build (the object, the operation)
+MissingExtraError      a bridge to another library (Equinox, Flax, DisCoPy) called without
+                       it installed (the extra of this distribution that installs it)
 =====================  ===============================================================
 """
 
@@ -231,18 +233,42 @@ class CheckpointMismatch(CheckpointError):
 
 class MetricError(ParalensError, ValueError):
     """An inner product that is not one (not symmetric, not positive definite, weights not
-    positive finite reals), or a metric not positive definite at the point."""
+    positive finite reals), or a metric not positive definite at the point.
+
+    Examples:
+        >>> Diagonal(jnp.array([1.0, -2.0]))
+        Traceback (most recent call last):
+            ...
+        categories.errors.MetricError: ...
+    """
 
 
 class UnsupportedError(ParalensError, NotImplementedError):
     """An operation the object does not provide (an abstract method a subclass must
-    implement, a strategy asked for a space it cannot build)."""
+    implement, a strategy asked for a space it cannot build).
+
+    Examples:
+        >>> half_squared_error.sample(jax.random.PRNGKey(0), jnp.zeros(2)) is not None
+        True
+        >>> issubclass(UnsupportedError, NotImplementedError)
+        True
+    """
+
+
+class MissingExtraError(ParalensError, ImportError):
+    """A bridge to another library was called without that library installed (the message
+    names the extra of this distribution that installs it).
+
+    Examples:
+        >>> issubclass(MissingExtraError, ImportError) and issubclass(MissingExtraError, ParalensError)
+        True
+    """
 
 
 #: every class of the catalogue, in the order of the module docstring's table
 CATALOGUE = (DomainError, DimensionError, SlotError, SpaceMismatch, ShapeError, TargetError,
              TargetTypeError, CovectorError, HyperparameterError, KindError, NonFiniteError,
-             CheckpointError, CheckpointMismatch, MetricError, UnsupportedError)
+             CheckpointError, CheckpointMismatch, MetricError, UnsupportedError, MissingExtraError)
 """Every error class the library raises on purpose (each a subclass of `ParalensError`)."""
 
 __all__ = ["ParalensError"] + [c.__name__ for c in CATALOGUE] + ["CATALOGUE"]

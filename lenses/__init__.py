@@ -16,7 +16,7 @@ from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 # The error catalogue is defined and listed once, in `categories` (`categories.errors`); it is
 # re-exported here so that `lenses.DomainError` is the same class, but not listed again below.
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError,  # noqa: F401
-                     DimensionError, DomainError, HyperparameterError, KindError, MetricError,
+                     DimensionError, DomainError, HyperparameterError, KindError, MetricError, MissingExtraError,
                      NonFiniteError, ParalensError, ShapeError, SlotError, SpaceMismatch,
                      TargetError, TargetTypeError, UnsupportedError)
 from .external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax

@@ -26,7 +26,7 @@ import tempfile
 from functools import reduce
 
 from categories import Product
-from categories.errors import KindError
+from categories.errors import KindError, MissingExtraError
 
 from . import picture
 
@@ -41,7 +41,7 @@ def _markov():
     try:
         from discopy import markov, monoidal
     except ImportError as e:
-        raise ImportError("to_discopy needs DisCoPy: pip install 'paralens[diagrams]'") from e
+        raise MissingExtraError("to_discopy needs DisCoPy: pip install 'paralens[diagrams]'") from e
     if "markov" not in _BUBBLE:
         # DisCoPy's bubble of a Markov diagram is a plain monoidal one, which no longer
         # composes with Markov diagrams; a bubble that is a Markov box, as DisCoPy writes its

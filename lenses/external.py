@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from categories import Product, R, Space
-from categories.errors import KindError, SpaceMismatch
+from categories.errors import KindError, MissingExtraError, SpaceMismatch
 
 from .para_lens import Affine, Layer, ParaLens, Site
 from . import picture
@@ -206,7 +206,7 @@ def _need(module: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"from_{extra} needs {module}: pip install 'paralens[{extra}]'") from e
+        raise MissingExtraError(f"from_{extra} needs {module}: pip install 'paralens[{extra}]'") from e
 
 
 def from_equinox(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:

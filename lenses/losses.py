@@ -116,7 +116,8 @@ class LossFamily:
         """A target ŷ ~ p(· | z) drawn from the predictive distribution with the JAX key `key`
         (for the sampled Fisher of `KFAC(curvature="sampled")`); ŷ need only be a target
         `value(z, ŷ)` accepts."""
-        raise NotImplementedError
+        raise UnsupportedError(f"{self!r} has no predictive distribution to sample targets from: "
+                               "give the family a `sample(key, z)` method")
 
     @property
     def has_sampler(self) -> bool:

@@ -24,7 +24,8 @@ BUILTIN = {DomainError: ValueError, DimensionError: ValueError, SlotError: Value
            TargetTypeError: TypeError, CovectorError: TypeError, HyperparameterError: ValueError,
            KindError: TypeError, NonFiniteError: FloatingPointError,
            CheckpointError: ValueError, CheckpointMismatch: ValueError,
-           lenses.MetricError: ValueError, lenses.UnsupportedError: NotImplementedError}
+           lenses.MetricError: ValueError, lenses.UnsupportedError: NotImplementedError,
+           lenses.MissingExtraError: ImportError}
 
 
 def test_every_class_is_documented_in_the_table_and_catchable_as_a_builtin():
