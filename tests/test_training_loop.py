@@ -154,3 +154,23 @@ def test_a_state_of_another_optimiser_is_refused_naming_both():
         step.run(state, np.stack([X[:4]] * 2), np.stack([Y[:4]] * 2))
     with pytest.raises(SpaceMismatch, match="optimiser state is not one of"):
         fit(MODEL, half_squared_error, adam(0.1), state, (X, Y), epochs=1, batch_size=4)
+
+
+@pytest.mark.parametrize("make", [lambda: adam(0.01), lambda: momentum(0.1, 0.9), lambda: gd(0.1)])
+def test_run_and_fit_are_the_calls_bit_for_bit_with_every_rule(make):
+    """A chunk runs the loop a call runs (for one step), so its arithmetic is the calls': XLA
+    contracts multiply-adds into fused ones alike. (A top-level step against a scanned one
+    differed in the last bits of Adam's moments once its numbers were arguments.)"""
+    model = dense(2, 16) >> tanh >> dense(16, 1)
+    p = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), model.init(jax.random.PRNGKey(0)))
+    Xs = RNG.standard_normal((16, 8, 2)).astype(np.float32)
+    Ys = RNG.standard_normal((16, 8, 1)).astype(np.float32)
+    step = train_step(model, half_squared_error, make())
+    state = step.init(p)
+    for x, y in zip(Xs, Ys):
+        state, _ = step(state, x, y)
+    ran, report = step.run(step.init(p), Xs, Ys)
+    assert bits(ran) == bits(state) and int(ran.count) == 16
+    fitted, _ = fit(model, half_squared_error, make(), p, (b for b in zip(Xs, Ys)),
+                    steps_per_dispatch=5)
+    assert bits(fitted) == bits(state)

@@ -4,9 +4,8 @@ A step is accepted when its covector is finite, its new point is finite and insi
 parameter object, and every target is one the loss family accepts; otherwise it is refused,
 and the first refusal is recorded in the state as (kind, step, slot) — `Fault` names the
 kinds. `verdict` decides it on the device for one step (the checked step selects the old
-state where it says no); `chunk_sound` decides, for a chunk of plain steps, whether the
-checked step would have accepted every one of them; `fault_error` turns a record read back on
-the host into the catalogued error.
+state where it says no, in a call and in a chunk alike); `fault_error` turns a record read
+back on the host into the catalogued error.
 """
 
 from __future__ import annotations
@@ -81,21 +80,6 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
     return clean & good, fault
 
 
-def chunk_sound(start_fault, slopes, oks, end_params, persistent: bool):
-    """Whether the checked step would have accepted every step of a chunk of plain steps:
-    no fault pending at its start, every slope finite (the covector), every step's own
-    verdict (`oks`: its targets, and its new point unless the move is persistent), and the
-    last point finite. Where `persistent` (the move is p + v), non-finite coordinates stay
-    non-finite, so the last point answers for every point before it."""
-    ends = [jnp.sum(jnp.abs(a) * 0) for a in jax.tree_util.tree_leaves(end_params)]
-    sound = (start_fault[0] == 0) & jnp.isfinite(sum(ends, jnp.zeros(())))
-    if slopes is not None:
-        sound = sound & jnp.all(jnp.isfinite(slopes))
-    if oks is not None:
-        sound = sound & jnp.all(oks)
-    return sound
-
-
 def fault_error(state, record, names=None, note: str = "", spaces=None):
     """The catalogued error for the fault record (kind, step, slot) of `state`: `.kind` (a
     `Fault`), `.step`, `.slot`, and `.state`, the state before the faulting step (a refused
@@ -122,4 +106,4 @@ def fault_error(state, record, names=None, note: str = "", spaces=None):
     return error
 
 
-__all__ = ["Fault", "NO_FAULT", "slope", "verdict", "chunk_sound", "fault_error"]
+__all__ = ["Fault", "NO_FAULT", "slope", "verdict", "fault_error"]

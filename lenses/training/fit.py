@@ -1,13 +1,13 @@
 """`fit`: epochs of shuffled minibatches, or any stream of batches, many steps per dispatch.
 
 `fit` is a composition of the engine's parts: a `TrainStep` (the checked step and its
-compiled chunks, shared by equal optimisers), a source of chunks (`sources`: data held in
+compiled loop, shared by equal optimisers), a source of chunks (`sources`: data held in
 memory, gathered on the device by each epoch's indices or cut on the host, or an iterable
 of batches grouped into chunks), and the scheduler (`schedule.dispatch` / `settle`). Each
 chunk is dispatched before the one before it is settled, so the device has work while the
 host reads back, records, checkpoints and calls the callbacks; a fault raises when its chunk
-is settled, naming the step, with the state before it, and the chunk dispatched after it is
-dropped.
+is settled, naming the step, with the state before it, and the chunk dispatched after it (no-
+ops from the fault on) is dropped.
 
 Checkpoints (`checkpoint_every=N`, `checkpoint_path=...`): chunks also end where the step
 count reaches a multiple of N, and there the state, the key and the run's progress are saved
@@ -138,13 +138,10 @@ class _Run:
                 if chunk.first_in_epoch:
                     self.started, self.taken = time.perf_counter(), 0
                 start = pending[1].end if pending is not None else self.state
-                nxt = schedule.dispatch(core, hyper, start, *chunk.args)
-                if pending is not None:
-                    if self._settle(*pending):
-                        return self.state, self.history
-                    if self.state is not pending[1].end:  # run again checked: from its end
-                        nxt = schedule.dispatch(core, hyper, self.state, *chunk.args)
-                pending = (chunk, nxt)
+                nxt = (chunk, schedule.dispatch(core, hyper, start, *chunk.args))
+                if pending is not None and self._settle(*pending):
+                    return self.state, self.history
+                pending = nxt
             if pending is not None:
                 self._settle(*pending)
         finally:
@@ -154,8 +151,7 @@ class _Run:
     def _settle(self, chunk, pending) -> bool:
         """Judge a chunk, record it; True when a callback asks to stop."""
         try:
-            self.state, rows = schedule.settle(self.step._core, self.step._hyper, pending,
-                                               self.step._describe)
+            self.state, rows = schedule.settle(self.step._core, pending, self.step._describe)
         except Exception as error:  # noqa: BLE001 - a fault: the history so far travels with it
             error.history = self.history
             raise

@@ -6,13 +6,13 @@ supplies dL at the output, and the backward pass deposits one covector on each p
 slot (added over the batch; with a mesh, added across devices too). Phase two sharpens the
 covectors and moves the point; nothing has moved before every covector is known.
 
-`StepCore` holds the two traceable forms of the step over one model, loss family,
-optimiser structure, reduction and mesh: the *checked* step (`checked`), which asks
-`faults.verdict` and keeps the old state, bit for bit, where the verdict is no, recording the
-fault; and the *plain* step (`plain`), the same move without the selection, which chunks
-scan and `faults.chunk_sound` judges as a whole. The optimiser's numbers (learning rate,
-momentum, ...) are arguments of both (`Optimiser.hyperparams`), so a core, and every
-compilation it holds, is shared by all optimisers equal but for their numbers
+`StepCore` holds the step over one model, loss family, optimiser structure, reduction and
+mesh: the *checked* step (`checked`), which asks `faults.verdict` and keeps the old state,
+bit for bit, where the verdict is no, recording the fault (later steps are then no-ops until
+the fault is seen); and the one loop every step runs in (`steps`): a call is that loop of
+one step, a chunk of many, so that a chunk gives the bits of as many calls. The optimiser's
+numbers (learning rate, momentum, ...) are arguments (`Optimiser.hyperparams`), so a core,
+and every compilation it holds, is shared by all optimisers equal but for their numbers
 (`core_for`). The structure of the state and the batch is checked while a step is traced,
 that is once per compiled signature.
 """
@@ -24,14 +24,14 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from categories import Covector, Product
 from categories.errors import ShapeError, SpaceMismatch
-from categories.spaces import euclidean
 
 from ..losses import batch_loss
-from ..metrics import Context, Metric
+from ..metrics import Context
 from ..optimisers import check_params, slot_names
 from ..para_lens import batched, check_batch
 from .faults import slope, verdict
@@ -49,14 +49,9 @@ class StepCore:
         self.model, self.family, self.template = model, family, template
         self.reduction, self.mesh, self.axis = reduction, mesh, axis
         self._treedef = jax.tree_util.tree_structure(model.param.zeros())
-        space, metric = model.param, template.metric
-        # p + v, where non-finite coordinates persist: the last point of a chunk then
-        # answers for every point before it (`faults.chunk_sound`)
-        self.persistent = euclidean(space) and getattr(type(metric), "retract", None) is \
-            getattr(Metric, "retract")
         self.moves = bool(jax.tree_util.tree_leaves(model.param.zeros()))
         self.traces = {}  # how many times each compiled function was traced (for tests)
-        self.compiled = {}
+        self._compiled = {}
 
     # -- phase one ---------------------------------------------------------------------------
     def _covectors(self, p_eval, X, Y, reduction):
@@ -119,7 +114,7 @@ class StepCore:
         targets_ok = self.family.targets_ok(Y)
         return s_new, p_new, inside, cov, loss, slope(cov, targets_ok), targets_ok
 
-    # -- the two forms of the step ---------------------------------------------------------
+    # -- the step -----------------------------------------------------------------------------
     def checked(self, hyper, state, X, Y):
         """The step with its fault record: a refused step keeps parameters and optimiser
         state bit for bit and records (kind, step, slot); later steps are no-ops until the
@@ -132,51 +127,63 @@ class StepCore:
         count = state.count + ok.astype(state.count.dtype)
         return TrainState(params, opt_state, count, fault), (loss, sl)
 
-    def plain(self, hyper, state, X, Y):
-        """The same move without the selection: (state', (loss, slope), ok). `ok` is the
-        step's own verdict on its targets and, unless the move is persistent (p + v), its new
-        point (None: nothing to judge); agrees bit for bit with `checked` on every step that
-        `checked` accepts."""
-        s_new, p_new, inside, _, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
-        # The targets are judged by their own reduction, not through the NaN they put in the
-        # slope: a maximum reduced across devices need not carry a NaN.
-        checks = [] if targets_ok is None else [jnp.all(targets_ok)]
-        if not self.persistent:
-            checks += [jnp.asarray(inside)] + [jnp.all(jnp.isfinite(a))
-                                               for a in jax.tree_util.tree_leaves(p_new)]
-        ok = jnp.all(jnp.stack(checks)) if checks else None
-        return TrainState(p_new, s_new, state.count + 1, state.fault), (loss, sl), ok
-
-    # -- compiled forms ----------------------------------------------------------------------
+    # -- the one loop every step runs in -------------------------------------------------------
     def row(self, loss, sl, kind):
         """What a step reports, packed as one array (read back in one transfer)."""
         parts = [loss, jnp.zeros_like(loss) if sl is None else sl]
         dtype = jnp.result_type(*parts)
         return jnp.stack([a.astype(dtype) for a in parts] + [jnp.asarray(kind).astype(dtype)])
 
-    def jit(self, name, fn, batch_dims=1):
-        """`fn(hyper, state, *batch)` compiled once per core (and per signature), counted."""
-        if name not in self.compiled:
-            def counted(*args):
-                self.traces[name] = self.traces.get(name, 0) + 1
-                return fn(*args)
+    def steps(self, hyper, state, a, b, k, gather: bool):
+        """The first k of a stack of batches, each the checked step, in one loop whose trip
+        count k is a runtime value: (state', rows), a row (loss, slope, fault kind) per step.
+        The batches are stacked (a = Xs, b = Ys), or gathered from data on the device (a =
+        (X, Y), b the indices of each step's batch).
+
+        A call is this loop with k = 1, a chunk with k > 1: XLA compiles the one body alike
+        in both (it cannot unroll a loop of unknown length), so a chunk gives the bits of as
+        many calls; a step at top level and the same step in a loop may be contracted into
+        fused multiply-adds differently once the optimiser's numbers are runtime values."""
+        def batch(i):
+            if gather:
+                return _take(a, lax.dynamic_index_in_dim(b, i, keepdims=False))
+            return tree_map(lambda v: lax.dynamic_index_in_dim(v, i, keepdims=False), (a, b))
+
+        def one(i, s):
+            s, (loss, sl) = self.checked(hyper, s, *batch(i))
+            return s, self.row(loss, sl, s.fault[0])
+
+        length = jax.tree_util.tree_leaves(b)[0].shape[0]
+        row = jax.eval_shape(one, 0, state)[1]
+        rows = jnp.zeros((length,) + row.shape, row.dtype)
+        return lax.fori_loop(0, k, lambda i, c: (lambda s, r: (s, c[1].at[i].set(r)))(
+            *one(i, c[0])), (state, rows))
+
+    def compiled(self, kind: str):
+        """The compiled loop: "call" (hyper, state, X, Y, k=1) ↦ (state', row), "stacked"
+        (hyper, state, Xs, Ys, k) and "gather" (hyper, state, (X, Y), idx, k) ↦ (state', rows);
+        once per core (and per signature), its traces counted."""
+        if kind not in self._compiled:
+            def fn(hyper, state, a, b, k):
+                self.traces[kind] = self.traces.get(kind, 0) + 1
+                if kind == "call":
+                    state, rows = self.steps(hyper, state, a[None], b[None], k, False)
+                    return state, rows[0]
+                return self.steps(hyper, state, a, b, k, kind == "gather")
 
             if self.mesh is None:
-                self.compiled[name] = jax.jit(counted)
+                self._compiled[kind] = jax.jit(fn)
             else:
                 rep = NamedSharding(self.mesh, PartitionSpec())
-                spec = PartitionSpec(*([None] * (batch_dims - 1) + [self.axis]))
-                batch = NamedSharding(self.mesh, spec)
-                self.compiled[name] = jax.jit(counted, in_shardings=(rep, rep, batch, batch),
-                                              out_shardings=rep)
-        return self.compiled[name]
+                axes = (self.axis,) if kind == "call" else (None, self.axis)
+                batch = NamedSharding(self.mesh, PartitionSpec(*axes))
+                self._compiled[kind] = jax.jit(fn, in_shardings=(rep, rep, batch, batch, rep),
+                                               out_shardings=rep)
+        return self._compiled[kind]
 
-    def call(self):
-        """The compiled checked step: (hyper, state, X, Y) ↦ (state', row)."""
-        def one(hyper, state, X, Y):
-            new, (loss, sl) = self.checked(hyper, state, X, Y)
-            return new, self.row(loss, sl, new.fault[0])
-        return self.jit("call", one)
+
+def _take(data, idx):
+    return tree_map(lambda v: jnp.take(v, idx, axis=0), data)
 
 
 _CORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -69,9 +69,11 @@ class TrainStep:
         self.spaces = list(P.factors) if isinstance(P, Product) and len(self.names) > 1 else [P]
         self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis)
         self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
+        self._one = jnp.asarray(1, jnp.int32)  # a call is the loop of one step (`StepCore.steps`)
         if mesh is not None:
-            self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
-        self._call = self._core.call()
+            self._hyper, self._one = jax.device_put((self._hyper, self._one),
+                                                    NamedSharding(mesh, PartitionSpec()))
+        self._call = self._core.compiled("call")
         self._describe = (self.names, opt._note(), self.spaces)
 
     def init(self, params) -> TrainState:
@@ -100,7 +102,7 @@ class TrainStep:
             self._check_split(np.shape(X)[0] if np.ndim(X) else 0)
         X, Y = _own(X), _own(Y)
         try:
-            new, row = self._call(self._hyper, state, X, Y)
+            new, row = self._call(self._hyper, state, X, Y, self._one)
         except ParalensError:
             raise
         except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing (a string batch)
@@ -110,10 +112,11 @@ class TrainStep:
 
     def run(self, state: TrainState, Xs, Ys):
         """Many steps in one dispatch: `Xs`, `Ys` stack k batches (a leading axis of steps).
-        Runs them as one `lax.scan`, judges the chunk when it ends and, where a step would
-        be refused, runs it again step by step checked and raises the fault (step, kind,
-        slot, `.state`). Returns (state', report) with the reports of the k steps as arrays;
-        state and reports are those of k calls of the step, bit for bit."""
+        Runs them as one loop of the checked step (the loop a call runs for one step), and
+        reads back once, at its end: a refused step makes the later ones no-ops, and the fault
+        is raised (step, kind, slot, `.state`, the state before it). Returns (state', report)
+        with the reports of the k steps as arrays; state and reports are those of k calls,
+        bit for bit."""
         _need_state(state)
         k = _steps(Xs, "Xs")
         if _steps(Ys, "Ys") != k:
