@@ -235,16 +235,9 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
     (Hypothesis's derandomised mode; False for fresh ones).
 
     Examples:
-        A constant diagonal inner product obeys every law (nothing is raised); a "metric" whose
-        flat is not the inverse of its sharp does not.
+        A constant diagonal inner product obeys every law: nothing is raised.
 
         >>> check_metric(Diagonal(jnp.array([1.0, 3.0])), R(2), examples=3)
-        >>> class Broken(Diagonal):
-        ...     def flat(self, p, v, ctx=None):
-        ...         return super().flat(p, v, ctx) * 2.0
-        >>> check_metric(Broken(1.0), R(2), examples=3)
-        Traceback (most recent call last):
-        AssertionError: check_metric: Broken() breaks the law ...
     """
     from hypothesis import HealthCheck, given, settings
 
