@@ -102,7 +102,15 @@ def _translate(pic, m):
 
 def to_discopy(lens):
     """The lens expression as a `discopy.markov.Diagram` A → B (a functor: preserves `>>`
-    and `@`; layers are boxes fed by their parameter wires, copies DisCoPy's copies)."""
+    and `@`; layers are boxes fed by their parameter wires, copies DisCoPy's copies).
+
+    Examples:
+        >>> d = to_discopy(dense(2, 3) >> tanh)
+        >>> str(d.dom), str(d.cod)
+        ('R^2', 'R^3')
+        >>> d == to_discopy(dense(2, 3)) >> to_discopy(tanh.at(R(3)))
+        True
+    """
     if not callable(getattr(lens, "picture", None)):
         raise KindError(f"to_discopy needs a lens (e.g. dense(2, 3)), got {type(lens).__name__}")
     if not lens.is_fixed():
@@ -112,7 +120,13 @@ def to_discopy(lens):
 
 def to_tikz(lens, path=None, **params) -> str:
     """The string diagram of `lens` as TikZ (DisCoPy's own output: `diagram.draw(to_tikz=True)`),
-    returned as text and, if `path` is given, written there; `params` go to DisCoPy's `draw`."""
+    returned as text and, if `path` is given, written there; `params` go to DisCoPy's `draw`.
+
+    Examples:
+        >>> text = to_tikz(dense(2, 3))
+        >>> r"\\begin{tikzpicture}" in text, "dense(2→3)" in text
+        (True, True)
+    """
     diagram = to_discopy(lens)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "diagram.tikz")

@@ -48,7 +48,16 @@ class Wrapped(ParaLens):
     `units`: per slot, the indices of its leaves in the pytree's order; `declared`: slot ↦
     (Affine, n_in, n_out, name) for slots that are affine layers; `tap(tree, a, hooks)`: the
     forward part with hooks[slot](input, output) ↦ output applied at each declared layer (how
-    KFAC reads a layer's input and perturbs its output inside the foreign call)."""
+    KFAC reads a layer's input and perturbs its output inside the foreign call).
+
+    Examples:
+        What `from_function`, `from_equinox` and `from_flax` return; `tree` and `point` go
+        between the lens's point and the framework's pytree.
+
+        >>> lens = from_function(lambda t, x: t["w"] @ x, {"w": jnp.ones((1, 2))}, R(2))
+        >>> isinstance(lens, Wrapped), lens.units, lens.tree((jnp.zeros((1, 2)),))["w"].tolist()
+        (True, ((0,),), [[0.0, 0.0]])
+    """
 
     def __init__(self, call: Callable, leaves, treedef, units, dom: Space, cod: Space | None,
                  name: str, declared: dict | None = None, tap: Callable | None = None,
@@ -157,7 +166,19 @@ def _affine_view(aff: Affine):
 
 def from_function(f: Callable, params, dom, cod: Space | None = None, name: str | None = None):
     """The lens (P, f, f') : A → B of f(params, a), P = ∏ R^{shape} over the leaves of the
-    example `params` (a pytree of real arrays; a point is the tuple of its leaves), f' derived."""
+    example `params` (a pytree of real arrays; a point is the tuple of its leaves), f' derived.
+
+    Examples:
+        The leaves in the pytree's order (a dict's keys sorted: b, then w); the example
+        parameters are the lens's `init`.
+
+        >>> f = lambda t, x: jnp.tanh(t["w"] @ x + t["b"])
+        >>> lens = from_function(f, {"w": jnp.ones((1, 2)), "b": jnp.zeros(1)}, R(2))
+        >>> lens
+        <lambda> : R^2 → R^1, params R^1×R^{1×2}
+        >>> lens(jnp.array([1.0, -1.0]), lens.init(None)).tolist()
+        [0.0]
+    """
     leaves, treedef = jax.tree_util.tree_flatten(params)
     for i, leaf in enumerate(leaves):
         if not (hasattr(leaf, "shape") and jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)):
@@ -211,7 +232,14 @@ def _need(module: str, extra: str):
 
 def from_equinox(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:
     """An Equinox module a ↦ module(a) as the lens (P, f, f') : A → B, P its inexact array
-    leaves (each `eqx.nn.Linear` one slot (W, b) declaring `Affine`), the rest fixed."""
+    leaves (each `eqx.nn.Linear` one slot (W, b) declaring `Affine`), the rest fixed.
+
+    Examples:
+        >>> import equinox as eqx
+        >>> lens = from_equinox(eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0)), R(2))
+        >>> lens, [site.structure for site in lens.sites()]
+        (Linear : R^2 → R^1, params R^{1×2}×R^1, [Affine(bias=True, transposed=False)])
+    """
     eqx = _need("equinox", "equinox")
     if not isinstance(module, eqx.Module):
         raise KindError(f"from_equinox needs an equinox.Module, got {type(module).__name__}")
@@ -271,7 +299,15 @@ def _equinox_tap():
 
 
 def to_equinox(lens: Wrapped, p):
-    """A copy of the Equinox module `lens` was made from, with the point p as its parameters."""
+    """A copy of the Equinox module `lens` was made from, with the point p as its parameters.
+
+    Examples:
+        >>> import equinox as eqx
+        >>> lens = from_equinox(eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0)), R(2))
+        >>> layer = to_equinox(lens, ((jnp.ones((1, 2)), jnp.zeros(1)),))  # one slot: (W, b)
+        >>> type(layer).__name__, layer(jnp.array([1.0, 2.0])).tolist()
+        ('Linear', [3.0])
+    """
     return _back(lens, p, "equinox", "to_equinox")
 
 
@@ -288,7 +324,16 @@ def _back(lens, p, framework: str, who: str):
 def from_flax(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:
     """A Flax NNX module a ↦ module(a) as the lens (P, f, f') : A → B, P its `nnx.Param` state
     (each `nnx.Linear` one slot (kernel, bias) declaring `Affine(transposed=True)`); the rest
-    of its state fixed as it is now."""
+    of its state fixed as it is now.
+
+    Examples:
+        Flax stores the kernel transposed (in × out), and the slot declares it:
+
+        >>> from flax import nnx
+        >>> lens = from_flax(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), R(2))
+        >>> lens, [site.structure for site in lens.sites()]
+        (Linear : R^2 → R^1, params R^{2×1}×R^1, [Affine(bias=True, transposed=True)])
+    """
     nnx = _need("flax.nnx", "flax")
     if not isinstance(module, nnx.Module):
         raise KindError(f"from_flax needs a flax.nnx.Module, got {type(module).__name__}")
@@ -328,7 +373,15 @@ def _flax_tap(cls, hook):
 
 
 def to_flax(lens: Wrapped, p):
-    """A copy of the Flax NNX module `lens` was made from, with the point p as its parameters."""
+    """A copy of the Flax NNX module `lens` was made from, with the point p as its parameters.
+
+    Examples:
+        >>> from flax import nnx
+        >>> lens = from_flax(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), R(2))
+        >>> layer = to_flax(lens, ((jnp.ones((2, 1)), jnp.zeros(1)),))  # one slot: (kernel, bias)
+        >>> type(layer).__name__, layer(jnp.array([1.0, 2.0])).tolist()
+        ('Linear', [3.0])
+    """
     return _back(lens, p, "flax", "to_flax")
 
 

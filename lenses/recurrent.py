@@ -102,7 +102,13 @@ def lstm_cell(n_in: int, n_hidden: int) -> Layer:
     """(x, (h, c)) ↦ (o ⊙ tanh(c'), c') : R^{n_in} × R^{2×n_h} → R^{2×n_h} with c' = f ⊙ c + i ⊙ g,
     i, f, o = σ(·), g = tanh(·) of the rows of W x + U h + b; parameters (W, U, b) ∈
     R^{4n_h×n_in} × R^{4n_h×n_h} × R^{4n_h}, gates stacked in the order i, f, g, o. The state's
-    rows are the hidden state h and the cell state c (one space, so that `unroll` carries both)."""
+    rows are the hidden state h and the cell state c (one space, so that `unroll` carries both).
+
+    Examples:
+        >>> cell = lstm_cell(3, 4)
+        >>> cell.dom, cell.cod, cell.param
+        (R^3 × R^{2×4}, R^{2×4}, R^{16×3} × R^{16×4} × R^16)
+    """
     m = n_hidden
 
     def fwd(xs, p):

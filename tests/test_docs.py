@@ -1,6 +1,10 @@
 """The documentation site (mkdocs.yml, docs/): the API reference lists every public name, the
-tests the pages cite exist, every Extending page's example runs and trains, and the site
-builds in strict mode (a broken reference, a missing page or any warning fails the build)."""
+tests the pages cite exist, every Extending page's example runs and trains, every Training and
+ecosystem page's snippets run, and the site builds in strict mode (a broken reference, a
+missing page or any warning fails the build).
+
+A python block that cannot run here (one that needs several processes) is marked by the line
+`<!-- not run: why -->` right above it."""
 
 import pathlib
 import re
@@ -21,6 +25,14 @@ REFERENCE = re.compile(r"^::: ((?:categories|lenses)\.\w+)\s*$", re.M)
 CITED_TEST = re.compile(r"`(tests/test_\w+\.py)::(test_\w+)`")
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 EXTENDING = sorted(p for p in (DOCS / "extending").glob("*.md") if p.name != "index.md")
+TRAINING = sorted(p for p in (DOCS / "training").glob("*.md") if p.name != "index.md")
+NOT_RUN = "<!-- not run:"
+
+
+def _runnable(text: str) -> list:
+    """The page's python blocks, in order, less those marked `<!-- not run: ... -->`."""
+    return [m.group(1) for m in PYTHON_BLOCK.finditer(text)
+            if not text[:m.start()].rstrip().rsplit("\n", 1)[-1].startswith(NOT_RUN)]
 
 
 def _reference_entries():
@@ -58,10 +70,37 @@ def test_there_are_five_extending_pages_each_with_an_example():
 def test_extending_page_example_runs_and_trains(page, capsys):
     """The page's python blocks, in order, as one program: each ends by asserting that the new
     thing trained a small model (the loss fell), after checking it by hand or against jax.grad."""
-    source = "\n".join(PYTHON_BLOCK.findall(page.read_text()))
+    source = "\n".join(_runnable(page.read_text()))
     assert "train_step" in source and "assert" in source
     exec(compile(source, str(page), "exec"), {"__name__": f"docs_{page.stem}"})
     assert "→" in capsys.readouterr().out  # it printed the loss before and after training
+
+
+@pytest.fixture(scope="module")
+def training_setup():
+    """The setup on docs/training/index.md (a small model and data), run once: the pages share
+    its model, so equal steps share their compilations (`train_step`) as a reader's would."""
+    namespace = {"__name__": "docs_training"}
+    exec(compile("\n".join(_runnable((DOCS / "training" / "index.md").read_text())),
+                 "docs/training/index.md", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("page", TRAINING + [DOCS / "ecosystem.md"], ids=lambda p: p.stem)
+def test_training_page_examples_run(page, training_setup, tmp_path, monkeypatch):
+    """The page's python blocks, in order, after the setup, as one program; each page asserts
+    what it claims (a run equal to the calls, the fault's kind, step and slot, a resumed run
+    equal to the whole one, a module back from its lens, ...)."""
+    blocks = _runnable(page.read_text())
+    assert blocks and any("assert" in b for b in blocks)
+    monkeypatch.chdir(tmp_path)  # saved work writes its files here
+    exec(compile("\n".join(blocks), str(page), "exec"), dict(training_setup))
+
+
+def test_only_blocks_that_need_several_processes_are_not_run():
+    marked = [(page.relative_to(ROOT), line) for page in DOCS.rglob("*.md")
+              for line in page.read_text().splitlines() if line.startswith(NOT_RUN)]
+    assert [str(p) for p, _ in marked] == ["docs/training/devices.md"], marked
 
 
 def test_the_readme_gives_the_docs_command_as_the_third_optional_one():
