@@ -51,7 +51,8 @@ The backward pass leaves a **covector** $p' \\in T^*_pP$ on every parameter obje
 is not a point; an inner product $g_p$ turns it into the vector $(p')^\\sharp$ with
 $g_p((p')^\\sharp, v) = p'(v)$, and the update is $u(p) = p - \\eta\\,(p')^\\sharp$. The update
 rule below is the same everywhere, plain `gd(lr, metric=...)`; only the inner product
-changes. Three problems, each chosen so that the theory predicts the outcome:
+changes. `adam` and `optax.rmsprop` (through `from_optax`) are the baselines a practitioner
+would reach for. Three problems, each chosen so that the theory predicts the outcome:
 
 * **(a)** an ill-conditioned least-squares problem, first with its curvature aligned with the
   coordinate axes, then rotated. A fixed *diagonal* inner product can undo an axis-aligned
@@ -59,14 +60,19 @@ changes. Three problems, each chosen so that the theory predicts the outcome:
 * **(b)** logistic regression on Iris, where Fisher = Gauss–Newton = Newton's Hessian: the
   model is linear in its parameters and the loss is the negative log-likelihood of an
   exponential family in the logits.
-* **(c)** an MLP on digits with `KFAC` against `Euclidean` and `Diagonal`.
+* **(c)** an MLP on digits with `KFAC` against `Euclidean` and a frozen empirical-Fisher
+  diagonal.
 
-Protocol: 5 seeds (data or initial point), each inner product at its best learning rate
-from a small sweep (the lowest mean log-loss over the run and the seeds, the area under the
-curve, which rewards speed; a run that diverges or is refused is out), full batches for (a) and (b), fixed minibatches of 128 for (c). Curves show
-the median over seeds and a band from the smallest to the largest. Loss against wall-clock
-time uses each inner product's seconds per step, measured on one compiled scanned run after
-compilation. Every claim of the text is asserted in a cell.
+Protocol: 3 seeds (data or initial point); every method swept over a grid of learning rates.
+The score of a rate is the median over seeds of the geometric-mean loss over the run (the
+area under the log-loss curve, which rewards speed); a rate at which any seed is refused or
+not finite scores inf. The chosen rate is the **smallest rate whose score is within 2 % of
+the best** (so that a near tie cannot flip between machines), and each sweep extends until
+the score worsens on both sides of the chosen rate (asserted). Full batches for (a) and (b),
+fixed minibatches of 128 for (c); held-out loss and accuracy for (b) and (c). Curves show the
+median over seeds and a band from the smallest to the largest. The tables of steps to a
+target are deterministic and compared by the test suite; the seconds, measured at the end
+(median of 5 timed repeats per method), are not.
 """),
     code("""
 import time
@@ -76,55 +82,78 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+import optax
 from jax import lax
 from sklearn.datasets import load_digits, load_iris
 
-from lenses import (KFAC, Context, Diagonal, Euclidean, Fisher, GaussNewton, TrainStep, dL, dense,
-                    gd, half_squared_error, linear, ravel, softmax_cross_entropy, tanh)
+from lenses import (KFAC, Context, Diagonal, Euclidean, Fisher, GaussNewton, adam, batch_loss,
+                    batched, dL, dense, from_optax, gd, half_squared_error, linear, ravel,
+                    softmax_cross_entropy, tanh, train_step)
 
-SEEDS = range(5)
+SEEDS = range(3)
 plt.rcParams["figure.dpi"] = 72  # figures small enough to commit with the notebook
 
 
-def runner(model, family, make_metric):
-    \"\"\"(lr, p0, X, Y, aux) ↦ (loss per step, fault): plain steps u(p) = p − η (p')♯ with the
-    inner product make_metric(aux), one per batch of the stacked batches X, Y, scanned
-    (compiled once per runner; lr, data and aux are traced).\"\"\"
-    @jax.jit
-    def run(lr, p0, X, Y, aux):
-        step = TrainStep(model, family, gd(lr, metric=make_metric(aux)))
+def runner(model, family, make_opt):
+    \"\"\"(lrs, p0, X, Y, aux) ↦ per rate: the loss before each step, the fault code, the final
+    point. train_step(model, family, make_opt(lr, aux)) on each of the stacked batches X, Y,
+    scanned; compiled once per runner and vmapped over the rates (data and aux are traced).\"\"\"
+    def one(lr, p0, X, Y, aux):
+        step = train_step(model, family, make_opt(lr, aux))
 
         def body(state, batch):
-            state, (loss, _) = step.step_fn(state, *batch)
-            return state, loss
-
+            loss = batch_loss(family, batch[1], "mean").fn(batched(model).forward(batch[0], state.params))
+            return step(state, *batch)[0], loss
         state, losses = lax.scan(body, step.init(p0), (X, Y))
-        return losses, state.fault[0]
-    return run
+        return losses, state.fault[0], state.params
+    return jax.jit(jax.vmap(one, (0, None, None, None, None)))
 
 
-def sweep(runs, lrs, setup, score):
-    \"\"\"Per inner product: the learning rate of lrs[name] with the best score over the seeds
-    (a refused or diverged run scores inf), its loss curves (seeds × steps) and its seconds
-    per step (one scanned run, timed after compilation).\"\"\"
+def sweep(runs, lrs, setup):
+    \"\"\"Per method: the loss curves at every rate of lrs[name] for every seed; the score of a
+    rate, the median over seeds of the geometric-mean loss over the run (the area under the
+    log-loss curve: it rewards speed), inf where any seed is refused or not finite; the chosen
+    rate, the smallest whose score is within 2 % of the best (a tie rule that near-ties on
+    another machine do not flip).\"\"\"
     out = {}
     for name, run in runs.items():
-        best = (np.inf, None, None)
-        for lr in lrs[name]:
-            curves = []
-            for seed in SEEDS:
-                losses, fault = run(lr, *setup(name, seed))
-                curves.append(np.where(int(fault) == 0, np.asarray(losses), np.nan))
-            curves = np.array(curves)
-            s = score(curves) if np.all(np.isfinite(curves)) else np.inf
-            if s < best[0]:
-                best = (s, lr, curves)
-        args = setup(name, 0)
-        jax.block_until_ready(run(best[1], *args))
-        t = time.perf_counter()
-        jax.block_until_ready(run(best[1], *args))
-        out[name] = dict(lr=best[1], losses=best[2], sec=(time.perf_counter() - t) / best[2].shape[1])
+        rates = jnp.asarray(lrs[name], jnp.float32)
+        curves, finals = [], []
+        for seed in SEEDS:
+            losses, fault, params = run(rates, *setup(name, seed))
+            curves.append(np.where(np.asarray(fault)[:, None] == 0, np.asarray(losses), np.nan))
+            finals.append(params)
+        curves = np.stack(curves, 1)  # rate × seed × step
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_seed = np.exp(np.mean(np.log(curves), -1))
+        score = np.where(np.all(np.isfinite(per_seed), 1), np.median(per_seed, 1), np.inf)
+        k = int(np.flatnonzero(score <= 1.02 * score.min())[0])
+        out[name] = dict(lrs=list(lrs[name]), score=score, k=k, lr=lrs[name][k], losses=curves[k],
+                         final=[jax.tree_util.tree_map(lambda a: a[k], p) for p in finals])
     return out
+
+
+def interior(res):
+    \"\"\"Assert that every chosen rate is interior to its sweep: a smaller and a larger rate of
+    the sweep both score worse.\"\"\"
+    for name, r in res.items():
+        s, k = r["score"], r["k"]
+        assert np.any(s[:k] > s[k]) and np.any(s[k + 1:] > s[k]), (name, r["lrs"], s)
+
+
+def timing(runs, res, setup, repeats=5):
+    \"\"\"Seconds per step at the chosen rate: the median of `repeats` timed calls of the compiled
+    run (seed 0; every rate of the batch set to the chosen one, so no new compilation), divided
+    by the steps and by the rates run side by side.\"\"\"
+    for name, r in res.items():
+        args, rates = setup(name, 0), jnp.full(len(r["lrs"]), r["lr"], jnp.float32)
+        jax.block_until_ready(runs[name](rates, *args))
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(runs[name](rates, *args))
+            ts.append(time.perf_counter() - t)
+        r["sec"] = float(np.median(ts)) / (r["losses"].shape[1] * len(r["lrs"]))
 
 
 def to_target(curve, target):
@@ -138,23 +167,34 @@ def steps_to(res, target):
     return float(np.median([to_target(c, target) or np.inf for c in res["y"]]))
 
 
-def plot(ax_steps, ax_time, res, title, ylabel):
+def plot(ax, res, title, ylabel):
     for name, r in res.items():
         y = r["y"]
         steps = np.arange(1, y.shape[1] + 1)
-        for ax, x in ((ax_steps, steps), (ax_time, steps * r["sec"])):
-            line, = ax.semilogy(x, np.median(y, 0), label=f"{name} (lr {r['lr']:g})")
-            ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.2)
-    ax_steps.set_xlabel("step"), ax_time.set_xlabel("seconds (this machine)")
-    ax_steps.set_ylabel(ylabel), ax_steps.set_title(title, fontsize=9), ax_steps.legend(fontsize=7)
+        line, = ax.semilogy(steps, np.median(y, 0), label=f"{name} (lr {r['lr']:g})")
+        ax.fill_between(steps, y.min(0), y.max(0), color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("step"), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=9), ax.legend(fontsize=7)
 
 
-def table(res, target, what):
-    print(f"to {what} ≤ {target:g}:   steps (median)   seconds (median)   lr")
+def table(res, target, what, extra=None):
+    \"\"\"The stable table: steps to the target (median over seeds), the chosen rate and the
+    sweep's scores; `extra(name)`: a held-out measure.\"\"\"
+    print(f"to {what} ≤ {target:g}: steps (median over {len(SEEDS)} seeds), chosen rate, score at each rate")
     for name, r in res.items():
         k = steps_to(r, target)
-        secs = "never" if k == np.inf else f"{k * r['sec']:.2e}"
-        print(f"  {name:12s} {('never' if k == np.inf else int(k))!s:>14}   {secs:>16}   {r['lr']:g}")
+        scores = " ".join(f"{lr:g}:" + ("inf" if s == np.inf else f"{s:.3g}") for lr, s in zip(r["lrs"], r["score"]))
+        held = f"  {extra(name)}" if extra else ""
+        print(f"  {name:14s} {('never' if k == np.inf else int(k))!s:>6}  lr {r['lr']:<8g}{held}  [{scores}]")
+
+
+def seconds(res, target):
+    \"\"\"Not stable: seconds per step on this machine, relative to Euclidean, and to the target.\"\"\"
+    base = res["Euclidean"]["sec"]
+    for name, r in res.items():
+        k = steps_to(r, target)
+        reach = "never" if k == np.inf else f"{k * r['sec'] * 1e3:.2f} ms"
+        print(f"  {name:14s} {r['sec'] * 1e6:9.1f} µs/step  {r['sec'] / base:6.2f}× Euclidean   "
+              f"to target {reach}")
 """),
     md("""
 ## (a) Ill-conditioned least squares, aligned and rotated
@@ -170,6 +210,7 @@ log-spaced and $Q$ a random rotation: $X^{\\mathsf T}X/n$ has condition number a
   step of size 1 solves the problem. After a rotation the diagonal of the Hessian says
   little about its eigen-directions.
 * `GaussNewton`: $J^{\\mathsf T}HJ = X^{\\mathsf T}X/n$, the Hessian, whatever the rotation.
+* `adam`: a per-coordinate scaling learnt from the covectors' moments.
 
 The plotted quantity is the excess loss $L - L^*$, with $L^*$ from `numpy.linalg.lstsq`,
 floored at $10^{-7}$ (float32 rounding).
@@ -195,10 +236,12 @@ def best_loss(X, Y):
 
 
 ls = linear(d, 1)
-runs_a = {"Euclidean": runner(ls, half_squared_error, lambda aux: Euclidean()),
-          "Diagonal": runner(ls, half_squared_error, lambda w: Diagonal(w)),
-          "GaussNewton": runner(ls, half_squared_error, lambda aux: GaussNewton(damping=1e-6))}
-lrs_a = {"Euclidean": [5e-5, 1e-4, 1.5e-4], "Diagonal": [1e-4, 0.3, 1.0], "GaussNewton": [0.5, 1.0]}
+runs_a = {"Euclidean": runner(ls, half_squared_error, lambda lr, aux: gd(lr)),
+          "Diagonal": runner(ls, half_squared_error, lambda lr, w: gd(lr, metric=Diagonal(w))),
+          "GaussNewton": runner(ls, half_squared_error, lambda lr, aux: gd(lr, metric=GaussNewton(damping=1e-6))),
+          "adam": runner(ls, half_squared_error, lambda lr, aux: adam(lr))}
+lrs_a = {"Euclidean": [3e-5, 5e-5, 1e-4, 1.5e-4, 2e-4], "Diagonal": [0.1, 0.3, 1.0, 1.5, 2.5],
+         "GaussNewton": [0.3, 0.7, 1.0, 1.3, 1.7], "adam": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0]}
 study_a = {}
 for orientation in ("aligned", "rotated"):
     def setup(name, seed, rotated=orientation == "rotated"):
@@ -207,34 +250,44 @@ for orientation in ("aligned", "rotated"):
         return (jnp.zeros((1, d), jnp.float32), np.broadcast_to(X, (STEPS_A,) + X.shape),
                 np.broadcast_to(Y, (STEPS_A,) + Y.shape), jacobi)
 
-    res = sweep(runs_a, lrs_a, setup, lambda c: np.mean(np.log(c)))
+    res = sweep(runs_a, lrs_a, setup)
     floor = np.array([best_loss(*least_squares(s, orientation == "rotated")) for s in SEEDS])
     for r in res.values():
         # the excess loss, floored at 1e-7: below it float32 rounding of L (≈ 1e-2) is all there is
         r["y"] = np.maximum(r["losses"] - floor[:, None], 1e-7)
     study_a[orientation] = res
+    if orientation == "aligned":
+        setup_aligned = setup
 
-fig, axes = plt.subplots(2, 2, figsize=(9, 6))
-for row, orientation in zip(axes, study_a):
-    plot(*row, study_a[orientation], f"(a) least squares, {orientation}", "L − L*")
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+for ax, orientation in zip(axes, study_a):
+    plot(ax, study_a[orientation], f"(a) least squares, {orientation}", "L − L*")
 fig.tight_layout()
 plt.show()
+""", figure="readme_inner_products.png"),
+    code("""
 TARGET_A = 1e-2
 for orientation, res in study_a.items():
     print(orientation)
     table(res, TARGET_A, "L − L*")
-""", figure="readme_inner_products.png"),
+    interior(res)
+print("every chosen rate is interior to its sweep")
+""", stable=True),
     md("""
 Aligned, the Jacobi inner product is nearly the Hessian (exactly, up to the sampling noise of
-$Z^{\\mathsf T}Z/n$) and reaches the target within a few steps, like Gauss–Newton; Euclidean gradient descent does not get there in 300 steps. Rotated, the
-diagonal inner product loses its advantage (it no longer reaches the target) while
-Gauss–Newton is unchanged: it depends on the problem, not on the coordinates.
+$Z^{\\mathsf T}Z/n$) and reaches the target within a few steps, like Gauss–Newton; Euclidean
+gradient descent does not get there in 300 steps at any stable rate. Rotated, the diagonal
+inner product loses its advantage (it no longer reaches the target), and so does Adam, whose
+scaling is per coordinate too; Gauss–Newton is unchanged: it depends on the problem, not on
+the coordinates.
 """),
     code("""
 a, r_ = study_a["aligned"], study_a["rotated"]
 assert steps_to(a["Diagonal"], TARGET_A) <= 10 and steps_to(a["GaussNewton"], TARGET_A) <= 3
 assert steps_to(a["Euclidean"], TARGET_A) == np.inf
-assert steps_to(r_["Diagonal"], TARGET_A) == np.inf and steps_to(r_["Euclidean"], TARGET_A) == np.inf
+for m in ("Diagonal", "Euclidean", "adam"):
+    assert steps_to(r_[m], TARGET_A) == np.inf, m
+assert steps_to(a["adam"], TARGET_A) < np.inf  # adam reaches it aligned, not rotated
 assert steps_to(r_["GaussNewton"], TARGET_A) <= 3
 print("claims of (a): hold")
 """, stable=True),
@@ -272,100 +325,151 @@ assert float(jnp.max(jnp.abs(G_gn - H))) <= 1e-5 * scale
 assert float(jnp.max(jnp.abs(G_f - H))) <= 1e-5 * scale
 """),
     md("""
-So the natural-gradient step with the (damped) Fisher is a damped Newton step. Trained from
-5 initial points:
+So the natural-gradient step with the (damped) Fisher is a damped Newton step. Trained on 100
+of the 150 flowers from 3 initial points, the other 50 held out:
 """),
     code("""
 STEPS_B = 30
-runs_b = {"Euclidean": runner(logreg, fam3, lambda aux: Euclidean()),
-          "Fisher": runner(logreg, fam3, lambda aux: Fisher(damping=1e-3))}
-lrs_b = {"Euclidean": [0.3, 1.0, 3.0], "Fisher": [0.5, 1.0]}
+order = np.random.default_rng(0).permutation(len(yi))
+train, test = order[:100], order[100:]  # 100 flowers to train on, 50 held out
+runs_b = {"Euclidean": runner(logreg, fam3, lambda lr, aux: gd(lr)),
+          "Fisher": runner(logreg, fam3, lambda lr, aux: gd(lr, metric=Fisher(damping=1e-3))),
+          "adam": runner(logreg, fam3, lambda lr, aux: adam(lr)),
+          "optax.rmsprop": runner(logreg, fam3, lambda lr, aux: from_optax(optax.rmsprop(lr)))}
+lrs_b = {"Euclidean": [1.0, 3.0, 10.0, 30.0, 100.0], "Fisher": [0.3, 0.5, 1.0, 1.5, 2.0],
+         "adam": [0.03, 0.1, 0.3, 1.0, 3.0], "optax.rmsprop": [0.01, 0.03, 0.1, 0.3, 1.0]}
 
 
 def setup_b(name, seed):
-    return (logreg.init(jax.random.PRNGKey(seed)), np.broadcast_to(Xi, (STEPS_B,) + Xi.shape),
-            np.broadcast_to(yi, (STEPS_B,) + yi.shape), None)
+    X, Y = Xi[train], yi[train]
+    return (logreg.init(jax.random.PRNGKey(seed)), np.broadcast_to(X, (STEPS_B,) + X.shape),
+            np.broadcast_to(Y, (STEPS_B,) + Y.shape), None)
 
 
-study_b = sweep(runs_b, lrs_b, setup_b, lambda c: np.mean(np.log(c)))
+def held_out(model, family, X, Y):
+    \"\"\"The held-out mean loss and accuracy of a final point (median over seeds), as a string.\"\"\"
+    def measure(p):
+        z = batched(model).forward(X, p)
+        return float(batch_loss(family, Y, "mean").fn(z)), float(np.mean(np.argmax(z, 1) == Y))
+    return lambda r: "held-out loss {:.3f}, accuracy {:.3f}".format(
+        *np.median([measure(p) for p in r["final"]], 0))
+
+
+study_b = sweep(runs_b, lrs_b, setup_b)
 for r in study_b.values():
     r["y"] = r["losses"]
-fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-plot(*axes, study_b, "(b) logistic regression on Iris", "mean cross-entropy")
+fig, ax = plt.subplots(figsize=(5, 3))
+plot(ax, study_b, "(b) logistic regression on Iris (training loss)", "mean cross-entropy")
 fig.tight_layout()
 plt.show()
-TARGET_B = 0.08
-table(study_b, TARGET_B, "loss")
-assert steps_to(study_b["Fisher"], TARGET_B) < steps_to(study_b["Euclidean"], TARGET_B)
 """),
-    md("""
-## (c) An MLP on digits: KFAC against Euclidean and Diagonal
+    code("""
+TARGET_B = 0.1
+held_b = held_out(logreg, fam3, Xi[test], yi[test])
+table(study_b, TARGET_B, "loss", lambda name: held_b(study_b[name]))
+interior(study_b)
 
-`dense(64, 32) ≫ tanh ≫ dense(32, 10)` on scikit-learn's 8×8 digits, 100 steps on fixed
-minibatches of 128. `Diagonal(w)` uses the mean squared per-example covector at the initial
-point (a fixed diagonal of the empirical Fisher, damped). `KFAC` is the Kronecker-factored
-block-diagonal Fisher, recomputed on every batch. In steps, KFAC is ahead; in seconds, each
-of its steps costs more (its factors and their eigen-decompositions), and whether it is
-ahead depends on the machine, so only the steps are asserted.
+print("every chosen rate is interior to its sweep")
+assert steps_to(study_b["Fisher"], TARGET_B) < min(steps_to(r, TARGET_B) for m, r in study_b.items() if m != "Fisher")
+print("claim of (b): the Fisher step reaches the target in the fewest steps")
+""", stable=True),
+    md("""
+## (c) An MLP on digits: KFAC against Euclidean, a frozen diagonal, Adam
+
+`dense(64, 32) ≫ tanh ≫ dense(32, 10)` on scikit-learn's 8×8 digits (1500 to train on, 297
+held out), 100 steps on fixed minibatches of 128. "frozen EF diag" is `Diagonal(w)` with $w$
+the mean squared per-example covector at the **initial point**: the diagonal of the empirical
+Fisher there, damped by $10^{-4}$ and never updated. `KFAC` is the Kronecker-factored
+block-diagonal Fisher, recomputed on every batch, damping $10^{-2}$ (not swept: each damping
+is a new compilation).
 """),
     code("""
 Xd, yd = load_digits(return_X_y=True)
 Xd, yd = (Xd / 16.0).astype(np.float32), yd.astype(np.int32)
+Xtr, ytr, Xte, yte = Xd[:1500], yd[:1500], Xd[1500:], yd[1500:]  # 297 digits held out
 mlp, fam10 = dense(64, 32) >> tanh >> dense(32, 10), partial(softmax_cross_entropy, classes=10)
 BATCH, STEPS_C = 128, 100
 
 
 def batches(seed):
     rng = np.random.default_rng(seed)
-    idx = np.stack([rng.permutation(len(yd))[:BATCH] for _ in range(STEPS_C)])
-    return Xd[idx], yd[idx]
+    idx = np.stack([rng.permutation(len(ytr))[:BATCH] for _ in range(STEPS_C)])
+    return Xtr[idx], ytr[idx]
 
 
 def squared_covectors(p0):
-    \"\"\"Mean squared per-example covector at p0 (256 examples), + 1e-4: Diagonal's weights.\"\"\"
+    \"\"\"Mean squared per-example covector at p0 (256 examples), + 1e-4: the weights of the
+    frozen empirical-Fisher diagonal.\"\"\"
     def one(x, t):
         out, pull = mlp.vjp(x, p0)
         return pull(dL(fam10(t), out))[1].value
-    g = jax.vmap(one)(Xd[:256], yd[:256])
+    g = jax.vmap(one)(Xtr[:256], ytr[:256])
     return jax.tree_util.tree_map(lambda a: jnp.mean(a ** 2, axis=0) + 1e-4, g)
 
 
-runs_c = {"Euclidean": runner(mlp, fam10, lambda aux: Euclidean()),
-          "Diagonal": runner(mlp, fam10, lambda w: Diagonal(w)),
-          "KFAC": runner(mlp, fam10, lambda aux: KFAC(damping=1e-2))}
-lrs_c = {"Euclidean": [0.3, 1.0, 3.0], "Diagonal": [0.003, 0.01, 0.03], "KFAC": [0.1, 0.3]}
+FROZEN = "frozen EF diag"  # Diagonal(w), w the empirical Fisher's diagonal at the initial point
+runs_c = {"Euclidean": runner(mlp, fam10, lambda lr, aux: gd(lr)),
+          FROZEN: runner(mlp, fam10, lambda lr, w: gd(lr, metric=Diagonal(w))),
+          "KFAC": runner(mlp, fam10, lambda lr, aux: gd(lr, metric=KFAC(damping=1e-2))),
+          "adam": runner(mlp, fam10, lambda lr, aux: adam(lr)),
+          "optax.rmsprop": runner(mlp, fam10, lambda lr, aux: from_optax(optax.rmsprop(lr)))}
+lrs_c = {"Euclidean": [0.3, 1.0, 3.0, 10.0, 30.0], FROZEN: [0.003, 0.01, 0.03, 0.1, 0.3],
+         "KFAC": [0.03, 0.1, 0.2, 0.3, 0.5], "adam": [0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
+         "optax.rmsprop": [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]}
 
 
 def setup_c(name, seed):
     p0 = mlp.init(jax.random.PRNGKey(seed))
-    return (p0, *batches(seed), squared_covectors(p0) if name == "Diagonal" else None)
+    return (p0, *batches(seed), squared_covectors(p0) if name == FROZEN else None)
 
 
-study_c = sweep(runs_c, lrs_c, setup_c, lambda c: np.mean(np.log(c)))
+study_c = sweep(runs_c, lrs_c, setup_c)
 for r in study_c.values():
     r["y"] = r["losses"]
-fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-plot(*axes, study_c, "(c) MLP on digits (minibatch loss)", "mean cross-entropy")
+fig, ax = plt.subplots(figsize=(5, 3))
+plot(ax, study_c, "(c) MLP on digits (minibatch loss)", "mean cross-entropy")
 fig.tight_layout()
 plt.show()
-TARGET_C = 0.3
-table(study_c, TARGET_C, "loss")
 """),
     code("""
+TARGET_C = 0.3
+held_c = held_out(mlp, fam10, Xte, yte)
+table(study_c, TARGET_C, "loss", lambda name: held_c(study_c[name]))
+interior(study_c)
 k = {name: steps_to(r, TARGET_C) for name, r in study_c.items()}
-assert k["KFAC"] < k["Diagonal"] and k["KFAC"] < k["Euclidean"]
-assert study_c["KFAC"]["sec"] > study_c["Euclidean"]["sec"]  # a KFAC step costs more
-print("claims of (c): hold")
+print("every chosen rate is interior to its sweep")
+assert k["KFAC"] < min(v for name, v in k.items() if name != "KFAC")
+print("claim of (c): KFAC reaches the target in the fewest steps")
 """, stable=True),
+    md("""
+## Seconds
+
+Steps are not seconds. Each method's compiled run at its chosen rate, timed five times after
+compilation (the median), gives its time per step, also relative to Euclidean's. These numbers
+depend on the machine (and on what else runs on it), so none is asserted; the last lines say
+what they show on the machine that made the outputs below.
+"""),
+    code("""
+for label, runs, res, setup, target in (
+        ("(a) aligned", runs_a, study_a["aligned"], setup_aligned, TARGET_A),
+        ("(b)", runs_b, study_b, setup_b, TARGET_B), ("(c)", runs_c, study_c, setup_c, TARGET_C)):
+    timing(runs, res, setup)
+    print(label)
+    seconds(res, target)
+kf = study_c["KFAC"]["sec"] / study_c["Euclidean"]["sec"]
+reach = k["KFAC"] * study_c["KFAC"]["sec"] / (k["Euclidean"] * study_c["Euclidean"]["sec"])
+print(f"On this machine a KFAC step costs {kf:.1f}× a Euclidean step in (c), and KFAC reaches the "
+      f"target in {reach:.2f}× Euclidean's time: {'ahead' if reach < 1 else 'behind'} in seconds.")
+"""),
     md("""
 ## What the study shows
 
 The update rule was the same in every run; the inner product decided which vector each
 covector became. An inner product helps exactly as far as it matches the curvature of the
-problem in the coordinates it is written in: a fixed diagonal only when the curvature is
-axis-aligned; Gauss–Newton and Fisher (equal to Newton for logistic regression) in any
-coordinates; KFAC, a structured approximation of the Fisher, per step on an MLP, at a
-higher price per step.
+problem in the coordinates it is written in: a fixed diagonal (and Adam's per-coordinate
+scaling) only when the curvature is axis-aligned; Gauss–Newton and Fisher (equal to Newton for
+logistic regression) in any coordinates; KFAC, a structured approximation of the Fisher,
+per step on an MLP, at a higher price per step.
 """),
 ]
 
