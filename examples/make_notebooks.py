@@ -179,10 +179,12 @@ def plot(ax, res, title, ylabel):
 def table(res, target, what, extra=None):
     \"\"\"The stable table: steps to the target (median over seeds), the chosen rate and the
     sweep's scores; `extra(name)`: a held-out measure.\"\"\"
-    print(f"to {what} ≤ {target:g}: steps (median over {len(SEEDS)} seeds), chosen rate, score at each rate")
+    print(f"to {what} ≤ {target:g}: steps (median over {len(SEEDS)} seeds), chosen rate, "
+          "score at each rate")
     for name, r in res.items():
         k = steps_to(r, target)
-        scores = " ".join(f"{lr:g}:" + ("inf" if s == np.inf else f"{s:.3g}") for lr, s in zip(r["lrs"], r["score"]))
+        scores = " ".join(f"{lr:g}:" + ("inf" if s == np.inf else f"{s:.3g}")
+                          for lr, s in zip(r["lrs"], r["score"]))
         held = f"  {extra(name)}" if extra else ""
         print(f"  {name:14s} {('never' if k == np.inf else int(k))!s:>6}  lr {r['lr']:<8g}{held}  [{scores}]")
 
@@ -238,7 +240,8 @@ def best_loss(X, Y):
 ls = linear(d, 1)
 runs_a = {"Euclidean": runner(ls, half_squared_error, lambda lr, aux: gd(lr)),
           "Diagonal": runner(ls, half_squared_error, lambda lr, w: gd(lr, metric=Diagonal(w))),
-          "GaussNewton": runner(ls, half_squared_error, lambda lr, aux: gd(lr, metric=GaussNewton(damping=1e-6))),
+          "GaussNewton": runner(ls, half_squared_error,
+                                lambda lr, aux: gd(lr, metric=GaussNewton(damping=1e-6))),
           "adam": runner(ls, half_squared_error, lambda lr, aux: adam(lr))}
 lrs_a = {"Euclidean": [3e-5, 5e-5, 1e-4, 1.5e-4, 2e-4], "Diagonal": [0.1, 0.3, 1.0, 1.5, 2.5],
          "GaussNewton": [0.3, 0.7, 1.0, 1.3, 1.7], "adam": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0]}
@@ -370,7 +373,8 @@ table(study_b, TARGET_B, "loss", lambda name: held_b(study_b[name]))
 interior(study_b)
 
 print("every chosen rate is interior to its sweep")
-assert steps_to(study_b["Fisher"], TARGET_B) < min(steps_to(r, TARGET_B) for m, r in study_b.items() if m != "Fisher")
+assert steps_to(study_b["Fisher"], TARGET_B) < min(steps_to(r, TARGET_B)
+                                                  for m, r in study_b.items() if m != "Fisher")
 print("claim of (b): the Fisher step reaches the target in the fewest steps")
 """, stable=True),
     md("""
@@ -1136,8 +1140,6 @@ learning rate is chosen from its sweep by MAP: the smallest rate whose median MA
 initial points is within 0.01 of the best.
 """),
     code("""
-import time
-
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -1199,7 +1201,8 @@ def distances(x, y, hyperbolic, pad=0.0):
 
 
 def edge_loss(emb, U, V, cand, hyperbolic):
-    \"\"\"Mean over directed edges (u, v) of −log softmax: e^{−d(u,v)} / Σ_{w ∈ {v} ∪ non-neighbours(u)} e^{−d(u,w)}.\"\"\"
+    \"\"\"Mean over directed edges (u, v) of −log(e^{−d(u,v)} / Σ_w e^{−d(u,w)}), w over v and
+    the non-neighbours of u.\"\"\"
     d = distances(emb[U], emb, hyperbolic, jnp.where(cand, 0.0, 1.0))
     logits = jnp.where(cand, -d, -jnp.inf)
     return jnp.mean(jax.nn.logsumexp(logits, axis=1) + d[jnp.arange(len(U)), V])
@@ -1422,8 +1425,8 @@ import numpy as np
 import optax
 from jax import lax
 
-from lenses import (Context, Euclidean, Fisher, adam, binary_cross_entropy, from_optax, gd,
-                    half_squared_error, linear, train_step)
+from lenses import (Context, Fisher, adam, binary_cross_entropy, from_optax, gd, half_squared_error,
+                    linear, train_step)
 
 plt.rcParams["figure.dpi"] = 72
 model = linear(2, 1)  # θ ∈ R^{1×2}: two parameters, so the fields can be drawn
@@ -1435,9 +1438,10 @@ Yr = (Xr @ theta_true + 2.0 * rng.normal(size=n))[:, None].astype(np.float32)  #
 
 
 def blobs(gap):
-    \"\"\"Two classes of 100 points, Gaussian clouds at ±gap·(1, 0.5) (a separable set for a large gap).\"\"\"
+    \"\"\"Two classes of 100 points, Gaussian clouds at ±gap·(1, 0.5) (separable for a large gap).\"\"\"
     r = np.random.default_rng(1)
-    X = r.normal(size=(n, 2)) * [0.5, 1.0] + np.where(np.arange(n)[:, None] < n // 2, -1, 1) * gap * np.array([1.0, 0.5])
+    side = np.where(np.arange(n)[:, None] < n // 2, -1.0, 1.0)
+    X = r.normal(size=(n, 2)) * [0.5, 1.0] + side * gap * np.array([1.0, 0.5])
     return X.astype(np.float32), (np.arange(n) >= n // 2).astype(np.float32)[:, None]
 
 
@@ -1514,7 +1518,8 @@ def angle(u, v):
     return np.degrees(np.arccos(np.clip(c, -1, 1)))
 
 
-grid = np.stack(np.meshgrid(np.linspace(-3, 3, 13), np.linspace(-3, 3, 13)), -1).reshape(-1, 2).astype(np.float32)
+axis = np.linspace(-3, 3, 13)
+grid = np.stack(np.meshgrid(axis, axis), -1).reshape(-1, 2).astype(np.float32)
 fig, axes = plt.subplots(2, 3, figsize=(11, 7))
 stats = {}
 for col, (name, (fam, X, Y)) in zip(axes.T, PROBLEMS.items()):
@@ -1529,7 +1534,8 @@ fig.tight_layout()
 plt.show()
 for name, s in stats.items():
     print(f"{name}: angle to Newton's direction, Fisher max {s['aF'].max():.1e}°, empirical Fisher "
-          f"median {np.median(s['aEF']):.0f}° max {s['aEF'].max():.0f}°; length EF/F median {np.median(s['ratio']):.2g}")
+          f"median {np.median(s['aEF']):.0f}° max {s['aEF'].max():.0f}°; "
+          f"length EF/F median {np.median(s['ratio']):.2g}")
 """),
     md("""
 The Fisher's field is Newton's in all three problems (to float32 rounding), as the theory
@@ -1577,7 +1583,8 @@ def to_target(losses, target):
 
 runners = {(fam, o): runner(fam, OPTS[o]) for fam in (half_squared_error, binary_cross_entropy) for o in OPTS}
 def newton_optimum(fam, X, Y):
-    \"\"\"L(θ*), θ* by 30 undamped Newton steps from 0 on the hand-written loss (jax.hessian): the oracle.\"\"\"
+    \"\"\"L(θ*), θ* by 30 undamped Newton steps from 0 on the hand-written loss (jax.hessian):
+    the oracle.\"\"\"
     th = jnp.zeros(2)
     for _ in range(30):
         g, H = jax.grad(loss_of, 3)(fam, X, Y, th), jax.hessian(loss_of, 3)(fam, X, Y, th)
@@ -1603,7 +1610,8 @@ for name, res in study.items():
     print(f"{name}: steps to loss ≤ {TARGETS[name]:.4g} (median over {len(STARTS)} starts), at each rate")
     for o, r in res.items():
         sweep = "  ".join(f"{lr:g}:{'never' if m == np.inf else int(m)}" for lr, m in zip(LRS[o], r["med"]))
-        print(f"  {o:17s} lr {r['lr']:<5g} {('never' if r['med'][r['k']] == np.inf else int(r['med'][r['k']]))!s:>5}   sweep {sweep}")
+        m = r["med"][r["k"]]
+        print(f"  {o:17s} lr {r['lr']:<5g} {('never' if m == np.inf else int(m))!s:>5}   sweep {sweep}")
 """, stable=True),
     code("""
 fig, axes = plt.subplots(1, 3, figsize=(12, 4))
