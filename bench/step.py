@@ -14,9 +14,13 @@ runs in fresh processes, the contestants interleaved within each; compile time (
 XLA compile) is reported apart from step time.
 
 A second table times the loops a user runs, over 64 batches, in wall-clock time with each
-library's default threads: the `train_step` loop (read at the end), `fit` (per step, from 6
-epochs minus 1, so that compilation cancels; the median of 3 such pairs per repeat), the hand-written JAX step looped per batch and as one `lax.scan`
-over the epoch, and PyTorch eager looped.
+library's default threads: the `train_step` loop reading its loss at the end and reading it
+every step, each against the hand-written jitted JAX loop doing the same reads; the
+multi-step call `step.run` over the epoch's stacked batches; `fit` (per step, from 6 epochs
+minus 1 with a fresh but equal optimiser in each call, so that compilation cancels; the
+median of 3 such pairs per repeat); the hand-written JAX step as one `lax.scan` over the
+epoch; PyTorch eager looped; and how many compilations a sweep of five learning rates
+through `fit` costs.
 
     .venv/bin/python bench/step.py                 # all configurations, both tables
     .venv/bin/python bench/step.py --sizes 4-16-3 --losses se --repeats 9 --tables loop
@@ -173,6 +177,42 @@ def numpy_step(loss):
     return step
 
 
+# -- the agreement check (run by the suite at a small size: tests/test_bench_agreement.py) ------
+
+def relative_error(ps, ref) -> float:
+    import numpy as np
+    return max(float(np.max(np.abs(np.asarray(a) - r)) / np.max(np.abs(r)))
+               for wb, rwb in zip(ps, ref) for a, r in zip(wb, rwb))
+
+
+def agreement(sizes, batch, loss, params=None, X=None, Y=None) -> dict:
+    """The relative difference from numpy's hand-written step of one step of each JAX
+    contestant (the lens step, `train_step`, `train_step(...).run` over two batches) from the
+    same float32 point."""
+    import jax
+    import numpy as np
+
+    from lenses import gd, train_step
+
+    if params is None:
+        params, X, Y = data(sizes, batch, loss)
+    nstep = numpy_step(loss)
+    ref, _ = nstep(params, X, Y)
+    ref2, _ = nstep(ref, X, Y)
+    Xj, Yj = jax.numpy.asarray(X), jax.numpy.asarray(Y)
+    p_lens = lens_params(params)
+    ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
+    state, _ = ts(ts.init(p_lens), Xj, Yj)
+    ran, _ = ts.run(ts.init(p_lens), np.stack([X, X]), np.stack([Y, Y]))
+    got = {"lens": [w for w in lens_step(sizes, loss)(p_lens, Xj, Yj)[0] if w is not None],
+           "train_step": [w for w in state.params if w is not None],
+           "jax": jax_step(sizes, loss)([tuple(map(jax.numpy.asarray, wb)) for wb in params],
+                                        Xj, Yj)[0]}
+    errors = {name: relative_error(ps, ref) for name, ps in got.items()}
+    errors["run (2 steps)"] = relative_error([w for w in ran.params if w is not None], ref2)
+    return errors
+
+
 # -- the worker ----------------------------------------------------------------------------------
 
 def worker(cfg):
@@ -203,7 +243,7 @@ def worker(cfg):
     t = C.clock()
     ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
     state0 = ts.init(p_lens)
-    state1, _ = ts(state0, Xj, Yj)
+    ts(state0, Xj, Yj)[1].check()
     compile_s["train_step"] = C.clock() - t
 
     net, tstep = torch_step(params, loss)
@@ -212,17 +252,12 @@ def worker(cfg):
     nstep = numpy_step(loss)
 
     # one step everywhere from the same point: the same new parameters
-    ref, _ = nstep(params, X, Y)
-    got = {"lens": [w for w in lens(p_lens, Xj, Yj)[0] if w is not None],
-           "train_step": [w for w in state1.params if w is not None],
-           "jax": jx(p_jax, Xj, Yj)[0]}
+    errors = agreement(sizes, batch, loss, params, X, Y)
     tstep(Xt, Yt)
+    ref, _ = nstep(params, X, Y)
     mods = [m for m in net if isinstance(m, torch.nn.Linear)]
-    got["torch"] = [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in mods]
-    errors = {}
-    for name, ps in got.items():
-        errors[name] = max(float(np.max(np.abs(np.asarray(a) - r)) / np.max(np.abs(r)))
-                           for wb, rwb in zip(ps, ref) for a, r in zip(wb, rwb))
+    errors["torch"] = relative_error([(m.weight.detach().numpy(), m.bias.detach().numpy())
+                                      for m in mods], ref)
 
     # time: each contestant carries its own parameters forward step after step
     box = {"lens": p_lens, "jax": p_jax, "train_step": state0, "numpy": params}
@@ -291,49 +326,62 @@ def loop_worker(cfg):
     jx, scan = jax_step(sizes, loss), jax_scan_epoch(sizes, loss)
     ts = train_step(model, family, gd(LR))
     box = {"jax": p_jax, "scan": p_jax, "ts": ts.init(lens_params(params))}
+    box["run"] = box["ts"]
     net, tstep = torch_step(params, loss)
     Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
     Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
           for y in Yb]
 
-    def hand_loop():
-        p = box["jax"]
-        for x, y in zip(Xb, Yb):
-            p, v = jx(p, x, y)
-        v.block_until_ready()
-        box["jax"] = p
+    def hand_loop(read):
+        def loop():
+            p = box["jax"]
+            for x, y in zip(Xb, Yb):
+                p, v = jx(p, x, y)
+                if read:
+                    float(v)  # what a logger or a progress bar does
+            float(v)
+            box["jax"] = p
+        return loop
 
     def hand_scan():
         box["scan"], v = scan(box["scan"], XS, YS)
-        v.block_until_ready()
+        np.asarray(v)
 
-    def ts_loop():
-        state = box["ts"]
-        for x, y in zip(Xb, Yb):
-            state, report = ts(state, x, y)
-        report.check()  # one synchronisation per epoch, where a fault would surface
-        box["ts"] = state
+    def ts_loop(read):
+        def loop():
+            state = box["ts"]
+            for x, y in zip(Xb, Yb):
+                state, report = ts(state, x, y)
+                if read:
+                    float(report.loss)
+            float(report.loss)  # one synchronisation, where a fault would surface
+            box["ts"] = state
+        return loop
+
+    def ts_run():  # the multi-step call: the epoch's batches in one dispatch
+        box["run"], report = ts.run(box["run"], XS, YS)
 
     def torch_loop():
         for x, y in zip(Xt, Yt):
             tstep(x, y)
 
-    opt = gd(LR)  # one optimiser object: a run repeated with it reuses its compiled chunks
+    fns = {"jax loop, read at end": hand_loop(False), "train_step, read at end": ts_loop(False),
+           "jax loop, read every step": hand_loop(True),
+           "train_step, read every step": ts_loop(True),
+           "jax scan": hand_scan, "run": ts_run, "torch loop": torch_loop}
+    for f in fns.values():
+        f()  # compile and warm up
+    times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
+    times = {k: [t / STEPS for t in v] for k, v in times.items()}  # per step
 
-    def fit_epochs(k):
-        def run():
-            fit(model, family, opt, lens_params(params), (Xall, Yall), epochs=k,
+    def fit_epochs(k, lr=LR):
+        def run():  # a fresh optimiser each call, as users write it
+            fit(model, family, gd(lr), lens_params(params), (Xall, Yall), epochs=k,
                 batch_size=batch, key=0, progress=False)
         return run
 
-    for f in (hand_loop, hand_scan, ts_loop, torch_loop):
-        f()  # compile and warm up
-    fns = {"jax loop": hand_loop, "jax scan": hand_scan, "train_step loop": ts_loop,
-           "torch loop": torch_loop}
-    times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
-    times = {k: [t / STEPS for t in v] for k, v in times.items()}  # per step
     one, six = fit_epochs(1), fit_epochs(6)
-    one()  # compile the chunks once; later runs reuse them
+    one()  # compile the chunks once; later calls with equal optimisers reuse them
     fit_times = []
     for _ in range(cfg["repeats"]):  # compilation cancels out of the difference
         pairs = []
@@ -343,13 +391,24 @@ def loop_worker(cfg):
             pairs.append((t6 - t1) / (5 * STEPS))
         fit_times.append(C.med(pairs))
     times["fit"] = fit_times
-    C.emit({"config": cfg, "times": times})
+    # a sweep of five learning rates through fit, from a fresh step: how many compilations
+    sweep_model = lens_model(sizes)
+    for lr in (0.01, 0.02, 0.05, 0.1, 0.2):
+        fit(sweep_model, family, gd(lr), lens_params(params), (Xall, Yall), epochs=1,
+            batch_size=batch, key=0, progress=False)
+    compiles = sum(train_step(sweep_model, family, gd(LR)).traces.values())
+    C.emit({"config": cfg, "times": times, "sweep_compiles": compiles})
+
+
+LOOP_COLUMNS = ["train_step, read at end", "jax loop, read at end", "train_step, read every step",
+                "jax loop, read every step", "run", "fit", "jax scan", "torch loop"]
 
 
 def loop_table(args):
     print(f"\n# loops over {STEPS} batches, µs of wall-clock time per step, each library's default "
-          f"threads: median [min–max] over {args.repeats} repeats × {args.processes} processes\n")
-    rows = []
+          f"threads: median [min–max] over {args.repeats} repeats × {args.processes} processes; "
+          "ratios: medians of side-by-side pairs\n")
+    rows, ratios = [], []
     batches = dict(CONFIGS)
     for sizes in args.sizes:
         batch = args.batch or batches.get(sizes, 256)
@@ -359,16 +418,21 @@ def loop_table(args):
             results = [C.run_worker(__file__, cfg, threads=0, clock="wall")
                        for _ in range(args.processes)]
             t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
-            ratio = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
+            pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
             fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
-            rows.append([f"{sizes} b{batch}", LOSSES[loss]]
-                        + [C.summary(t[k], 1e6) for k in ("train_step loop", "fit", "jax loop",
-                                                          "jax scan", "torch loop")]
-                        + [ratio("train_step loop", "jax loop"), fit_ratio("jax loop"),
-                           fit_ratio("jax scan"), ratio("train_step loop", "torch loop")])
-    print(C.table(["network", "loss", "train_step loop µs", "fit µs", "JAX loop µs",
-                   "JAX scan µs", "torch loop µs", "train_step/JAX loop", "fit/JAX loop",
-                   "fit/JAX scan", "train_step/torch"], rows))
+            name = [f"{sizes} b{batch}", LOSSES[loss]]
+            rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
+            ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
+                                  pair("train_step, read every step", "jax loop, read every step"),
+                                  pair("run", "jax loop, read at end"),
+                                  fit_ratio("jax loop, read at end"), pair("run", "jax scan"),
+                                  fit_ratio("jax scan"),
+                                  str(max(r["sweep_compiles"] for r in results))])
+    print(C.table(["network", "loss"] + [f"{k} µs" for k in LOOP_COLUMNS], rows))
+    print()
+    print(C.table(["network", "loss", "calls/JAX (read at end)", "calls/JAX (read every step)",
+                   "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
+                   "compilations, sweep of 5 rates"], ratios))
 
 
 # -- the driver ----------------------------------------------------------------------------------

@@ -5,26 +5,32 @@ Knows nothing of learning. `lenses` builds on it.
 
 from ._compose import check_composable
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
-                     HyperparameterError, KindError, NonFiniteError, ParalensError, ShapeError,
-                     SlotError, SpaceMismatch, TargetError, TargetTypeError)
+                     DomainError, HyperparameterError, KindError, NonFiniteError, ParalensError,
+                     ShapeError, SlotError, SpaceMismatch, TargetError, TargetTypeError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
-from .linear import Covector, Linear, Vector, flatten_value, identity_linear, pairing, unflatten_value, unwrap
-from .para import Para, ParaChain, para_identity, para_of, slot_uses, tie, tying_map
-from .smooth import (Smooth, constant, diagonal, discard, fst, identity, pair, projection, scale,
-                     snd, swap)
-from .spaces import DomainError, OpenBall, OpenBox, Positive, Product, R, Space, euclidean
+from .linear import Covector, Linear, Vector, flatten_value, linear_identity, pairing, unflatten_value, unwrap
+from .para import Para, ParaChain, para_identity, para_of, slot_uses, para_tie, tying_map
+from .smooth import (Smooth, constant, diagonal, fst, pair, projection, scale,
+                     smooth_discard, smooth_identity, snd, swap)
+from .spaces import OpenBall, OpenBox, Positive, Product, R, Space, euclidean
 
+# Grouped as the sections of the API reference (docs/reference/).
 __all__ = [
-    "check_composable",
-    "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
-    "Covector", "Linear", "Vector", "pairing", "identity_linear", "flatten_value", "unflatten_value", "unwrap",
-    "Para", "ParaChain", "para_identity", "para_of", "tie", "tying_map", "slot_uses",
-    "Smooth", "identity", "pair", "fst", "snd", "projection", "diagonal", "discard", "swap",
-    "constant", "scale",
-    "ParalensError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError", "TargetError",
-    "TargetTypeError", "CovectorError", "HyperparameterError", "KindError", "NonFiniteError",
-    "CheckpointError", "CheckpointMismatch", "CATALOGUE",
-    "DomainError", "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
+    # spaces and maps: open subsets of R^n and their products
+    "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
+    # spaces and maps: smooth maps and the cartesian structure
+    "Smooth", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal", "smooth_discard",
+    "swap", "constant", "scale", "check_composable",
+    # spaces and maps: vectors, covectors, linear maps and the functors D and dual
+    "Vector", "Covector", "Linear", "pairing", "linear_identity", "flatten_value",
+    "unflatten_value", "unwrap", "D", "dual", "pullback", "reverse_derivative", "linear_smooth",
+    # spaces and maps: parameterised maps (Para) and weight tying
+    "Para", "ParaChain", "para_identity", "para_of", "para_tie", "tying_map", "slot_uses",
+    # errors: the catalogue of every error raised on purpose (`categories.errors`; `lenses`
+    # re-exports these classes without listing them again)
+    "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
+    "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
+    "NonFiniteError", "CheckpointError", "CheckpointMismatch", "CATALOGUE",
 ]
 
 

@@ -12,7 +12,16 @@ from .errors import SpaceMismatch
 
 def check_composable(f, g, why: str | None = None) -> None:
     """Raise a `SpaceMismatch` (a `TypeError`) naming f, g and their spaces unless f.cod == g.dom (and `why` is None:
-    a further reason the category has for refusing, e.g. vectors against covectors)."""
+    a further reason the category has for refusing, e.g. vectors against covectors).
+
+    Examples:
+        >>> f = Smooth(R(2), R(3), lambda x: jnp.concatenate([x, x[:1]]), "f")
+        >>> check_composable(f, Smooth(R(3), R(), jnp.sum, "sum"))  # f.cod == dom: nothing raised
+        >>> check_composable(f, f)
+        Traceback (most recent call last):
+            ...
+        categories.errors.SpaceMismatch: cannot compose f : R^2 → R^3 with f : R^2 → R^3: the...
+    """
     if f.cod == g.dom and why is None:
         return
     reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"

@@ -55,69 +55,178 @@ from __future__ import annotations
 
 
 class ParalensError(Exception):
-    """The base of every error the libraries raise on purpose (a refusal, never a bug)."""
+    """The base of every error the libraries raise on purpose (a refusal, never a bug).
+
+    Examples:
+        >>> issubclass(SpaceMismatch, ParalensError) and issubclass(SpaceMismatch, TypeError)
+        True
+    """
 
 
 class DomainError(ParalensError, ValueError):
     """A point lies outside the open set, has the wrong shape, or is not real (NaN, infinite,
-    complex, non-numeric) where a point of a space was required."""
+    complex, non-numeric) where a point of a space was required.
+
+    Examples:
+        >>> Positive(2).check(jnp.array([1.0, -1.0]))
+        Traceback (most recent call last):
+            ...
+        categories.errors.DomainError: point lies outside Positive(R^2): coordinate (1,) = -1...
+    """
 
 
 class DimensionError(ParalensError, ValueError):
-    """A dimension, layer size, number of copies or of segments is not an integer in range."""
+    """A dimension, layer size, number of copies or of segments is not an integer in range.
+
+    Examples:
+        >>> R(2.5)
+        Traceback (most recent call last):
+            ...
+        categories.errors.DimensionError: dimension 0 of R(2.5,) must be an integer ≥ 0, got 2.5
+    """
 
 
 class SlotError(ParalensError, ValueError):
     """A parameter slot index is not an integer slot of the parameter object (or fewer than
-    two distinct slots were given to `tie`)."""
+    two distinct slots were given to `tie`).
+
+    Examples:
+        >>> tie(dense(2, 2) >> dense(2, 2), [0, 5])
+        Traceback (most recent call last):
+            ...
+        categories.errors.SlotError: slot index 5 is not a slot of (R^{2×2} × R^2) × (R^{2×2}...
+    """
 
 
 class SpaceMismatch(ParalensError, TypeError):
-    """Two spaces that must agree do not (composition, tying, parameters of another object)."""
+    """Two spaces that must agree do not (composition, tying, parameters of another object).
+
+    Examples:
+        >>> dense(2, 3) >> dense(4, 1)
+        Traceback (most recent call last):
+            ...
+        categories.errors.SpaceMismatch: cannot compose dense(2→3) : R^2 → R^3 with dense(4→1...
+    """
 
 
 class ShapeError(ParalensError, ValueError):
     """A batch or data set that does not fit the model's domain (rank, width, element type,
-    empty, unequal lengths)."""
+    empty, unequal lengths).
+
+    Examples:
+        >>> model = dense(2, 1)
+        >>> predict(model, model.init(jax.random.PRNGKey(0)), np.ones((4, 3)))
+        Traceback (most recent call last):
+            ...
+        categories.errors.ShapeError: ...
+    """
 
 
 class TargetError(ParalensError, ValueError):
-    """Targets that a loss family (or `accuracy`) does not accept: shape or value."""
+    """Targets that a loss family (or `accuracy`) does not accept: shape or value.
+
+    Examples:
+        >>> batch_loss(softmax_cross_entropy(classes=3), np.array([0, 5]))
+        Traceback (most recent call last):
+            ...
+        categories.errors.TargetError: softmax_cross_entropy(classes=3): class labels must be...
+    """
 
 
 class TargetTypeError(TargetError, TypeError):
-    """Targets of the wrong kind for a loss family (dtype, missing configuration)."""
+    """Targets of the wrong kind for a loss family (dtype, missing configuration).
+
+    Examples:
+        >>> batch_loss(softmax_cross_entropy(classes=3), np.array([0.5, 1.5]))
+        Traceback (most recent call last):
+            ...
+        categories.errors.TargetTypeError: softmax_cross_entropy(classes=3): a scalar target...
+    """
 
 
 class CovectorError(ParalensError, TypeError):
     """Not a covector on the parameter object where one belongs (a Vector, a raw array, or
-    leaves of the wrong shapes)."""
+    leaves of the wrong shapes).
+
+    Examples:
+        >>> p = jnp.ones(2)
+        >>> gd(0.1)(p, Vector(p))
+        Traceback (most recent call last):
+            ...
+        categories.errors.CovectorError: ...
+    """
 
 
 class HyperparameterError(ParalensError, ValueError):
-    """A hyperparameter of an optimiser or of the training loop out of range or not a number."""
+    """A hyperparameter of an optimiser or of the training loop out of range or not a number.
+
+    Examples:
+        >>> adam(-1e-3)
+        Traceback (most recent call last):
+            ...
+        categories.errors.HyperparameterError: the learning rate lr must be finite and > 0, g...
+    """
 
 
 class KindError(ParalensError, TypeError):
     """An object of the wrong kind where another belongs (a loss for a loss family, parameters
-    for a state, not a lens, not an optimiser)."""
+    for a state, not a lens, not an optimiser).
+
+    Examples:
+        >>> ParaLens("R^2", R(1), R(0), lambda a, p: a)
+        Traceback (most recent call last):
+            ...
+        categories.errors.KindError: the domain of a lens must be a Space (e.g. R(3)), got 'R^2'
+    """
 
 
 class NonFiniteError(ParalensError, FloatingPointError):
-    """A step produced NaN or infinity (in a covector or in the new point)."""
+    """A step produced NaN or infinity (in a covector or in the new point).
+
+    Examples:
+        >>> model = dense(1, 1)
+        >>> step = train_step(model, half_squared_error, gd(0.1))
+        >>> state, report = step(step.init(model.init(jax.random.PRNGKey(0))), np.array([[np.nan]]), np.zeros((1, 1)))
+        >>> report.loss
+        Traceback (most recent call last):
+            ...
+        categories.errors.NonFiniteError: ...
+    """
 
 
 class CheckpointError(ParalensError, ValueError):
-    """A saved file that cannot be read: truncated, damaged, or not a paralens file."""
+    """A saved file that cannot be read: truncated, damaged, or not a paralens file.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "junk.st")
+        >>> _ = open(path, "wb").write(b"not a saved file")
+        >>> load(path, dense(2, 1))
+        Traceback (most recent call last):
+            ...
+        categories.errors.CheckpointError: ...
+    """
 
 
 class CheckpointMismatch(CheckpointError):
-    """An intact saved file that belongs to another model or optimiser."""
+    """An intact saved file that belongs to another model or optimiser.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.st")
+        >>> model, opt = dense(2, 1), gd(0.1)
+        >>> _ = save(path, train_step(model, half_squared_error, opt).init(model.init(jax.random.PRNGKey(0))), model, opt)
+        >>> load(path, dense(3, 1), opt)
+        Traceback (most recent call last):
+            ...
+        categories.errors.CheckpointMismatch: ...
+    """
 
 
 #: every class of the catalogue, in the order of the module docstring's table
 CATALOGUE = (DomainError, DimensionError, SlotError, SpaceMismatch, ShapeError, TargetError,
              TargetTypeError, CovectorError, HyperparameterError, KindError, NonFiniteError,
              CheckpointError, CheckpointMismatch)
+"""Every error class the library raises on purpose (each a subclass of `ParalensError`)."""
 
 __all__ = ["ParalensError"] + [c.__name__ for c in CATALOGUE] + ["CATALOGUE"]

@@ -18,7 +18,14 @@ from .smooth import Smooth
 
 
 def D(f: Smooth, x) -> Linear:
-    """The differential of f at x, df_x : R^dom → R^cod (a forward-mode JVP)."""
+    """The differential of f at x, df_x : R^dom → R^cod (a forward-mode JVP).
+
+    Examples:
+        >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")
+        >>> df = D(f, jnp.array([2.0, 3.0]))
+        >>> float(unwrap(df(Vector(jnp.array([1.0, 0.0])))))
+        3.0
+    """
     fn = f.fn
 
     def apply(v):
@@ -31,17 +38,35 @@ def D(f: Smooth, x) -> Linear:
 
 
 def dual(L: Linear) -> Linear:
-    """The dual (transpose) of a linear map."""
+    """The dual (transpose) of a linear map.
+
+    Examples:
+        >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")
+        >>> unwrap(dual(D(f, jnp.array([2.0, 3.0])))(Covector(jnp.asarray(1.0), R()))).tolist()
+        [3.0, 2.0]
+    """
     return L.dual()
 
 
 def pullback(f: Smooth, x) -> Linear:
-    """(df_x)* : T*_{f x}B → T*_xA, the composite of D and the dual (a VJP)."""
+    """(df_x)* : T*_{f x}B → T*_xA, the composite of D and the dual (a VJP).
+
+    Examples:
+        >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")
+        >>> unwrap(pullback(f, jnp.array([2.0, 3.0]))(Covector(jnp.asarray(1.0), R()))).tolist()
+        [3.0, 2.0]
+    """
     return dual(D(f, x))
 
 
 def reverse_derivative(f: Smooth) -> Smooth:
-    """R[f] : A × B* → A*, R[f](x, y') = (df_x)*(y'), never forming the Jacobian."""
+    """R[f] : A × B* → A*, `R[f](x, y') = (df_x)*(y')`, never forming the Jacobian.
+
+    Examples:
+        >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")
+        >>> unwrap(reverse_derivative(f)((jnp.array([2.0, 3.0]), jnp.asarray(1.0)))).tolist()
+        [3.0, 2.0]
+    """
     fn = f.fn
 
     def rf(xy):
@@ -52,7 +77,13 @@ def reverse_derivative(f: Smooth) -> Smooth:
 
 
 def linear_smooth(L: Linear) -> Smooth:
-    """A linear map regarded as a smooth map (a morphism of the ambient category)."""
+    """A linear map regarded as a smooth map (a morphism of the ambient category).
+
+    Examples:
+        >>> g = linear_smooth(Linear(R(2), R(2), lambda v: 2 * v))
+        >>> g(jnp.array([1.0, 2.0])).tolist()
+        [2.0, 4.0]
+    """
     return Smooth(L.dom, L.cod, L.apply, L.name)
 
 

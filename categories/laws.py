@@ -14,7 +14,7 @@ call). A law that cannot even be evaluated (the construction raises) is reported
 The reverse-derivative axioms RD.1–RD.7 are those of Cockett et al., "Reverse derivative
 categories" (2020), as restated in Cruttwell, Gavranović, Ghani, Wilson and Zanasi,
 "Categorical Foundations of Gradient-Based Learning" (2022), appendix A; here they are
-stated pointwise for smooth maps between Euclidean spaces, R[f](x, y') = (df_x)*(y').
+stated pointwise for smooth maps between Euclidean spaces, `R[f](x, y') = (df_x)*(y')`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from .functors import D as _D
 from .functors import dual as _dual
 from .functors import linear_smooth as _linear_smooth
 from .functors import reverse_derivative
-from .linear import Covector, Vector, identity_linear as _identity_linear, pairing, unwrap
+from .linear import Covector, Vector, linear_identity as _linear_identity, pairing, unwrap
 from .para import para_identity as _para_identity
 from .para import slot_uses as _slot_uses
-from .para import tie as _tie
+from .para import para_tie as _tie
 from .para import tying_map as _tying_map
-from .smooth import Smooth, diagonal as _diagonal, discard as _discard, fst as _fst
-from .smooth import identity as _identity, pair as _pair, snd as _snd
+from .smooth import Smooth, diagonal as _diagonal, smooth_discard as _discard, fst as _fst
+from .smooth import smooth_identity as _identity, pair as _pair, snd as _snd
 from .spaces import Product, R
 
 ATOL = 1e-9
@@ -246,7 +246,7 @@ def check_D_composition(f, g, x, v=None, *, D=_D, compose=_then, atol=ATOL, rtol
 @_law
 def check_D_identity(A, x, v=None, *, D=_D, identity=_identity, atol=ATOL, rtol=RTOL):
     """D(1_A)_x = 1 on the tangent space T_xA."""
-    _linear_agree(D(identity(A), x), _identity_linear(A), v, "D(1)_x vs 1", atol, rtol)
+    _linear_agree(D(identity(A), x), _linear_identity(A), v, "D(1)_x vs 1", atol, rtol)
 
 
 @_law
@@ -275,10 +275,10 @@ def check_dual_composition(A, B, y=None, *, dual=_dual, compose=_then, atol=ATOL
 
 
 @_law
-def check_dual_identity(V, y=None, *, dual=_dual, identity_linear=_identity_linear,
+def check_dual_identity(V, y=None, *, dual=_dual, linear_identity=_linear_identity,
                         atol=ATOL, rtol=RTOL):
     """(1_V)* = 1 on V*."""
-    _linear_agree(dual(identity_linear(V)), _identity_linear(V, on="covectors"), y,
+    _linear_agree(dual(linear_identity(V)), _linear_identity(V, on="covectors"), y,
                   "(1_V)* vs 1", atol, rtol)
 
 
@@ -294,7 +294,7 @@ def check_dual_pairing(A, y, v, *, dual=_dual, atol=ATOL, rtol=RTOL):
 # -- the reverse derivative: axioms RD.1–RD.7 ---------------------------------------------------
 
 def _rev(R, f, x, y):
-    """R[f](x, y'), unwrapped (R[f] is a map A × B* → A*, called on the pair)."""
+    """`R[f](x, y')`, unwrapped (R[f] is a map A × B* → A*, called on the pair)."""
     return unwrap(R(f)((x, y)))
 
 

@@ -37,7 +37,12 @@ def _scale(c, x):
 
 
 def pairing(covector_value, vector_value):
-    """⟨y', v⟩ = Σ y'_i v_i over all leaves (raw pytrees of the same structure)."""
+    """⟨y', v⟩ = Σ y'_i v_i over all leaves (raw pytrees of the same structure).
+
+    Examples:
+        >>> float(pairing(jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0])))
+        11.0
+    """
     leaves_c = jax.tree_util.tree_leaves(covector_value)
     leaves_v = jax.tree_util.tree_leaves(vector_value)
     if len(leaves_c) != len(leaves_v):
@@ -103,7 +108,12 @@ class _Tangent:
 
 
 class Vector(_Tangent):
-    """A tangent vector v ∈ T_pA ≅ R^shape. `p - v` and `p + v` move the point p."""
+    """A tangent vector v ∈ T_pA ≅ R^shape. `p - v` and `p + v` move the point p.
+
+    Examples:
+        >>> (jnp.array([1.0, 2.0]) - Vector(jnp.array([0.5, 0.5]))).tolist()
+        [0.5, 1.5]
+    """
 
     __slots__ = ()
 
@@ -124,7 +134,17 @@ class Vector(_Tangent):
 
 
 class Covector(_Tangent):
-    """A cotangent vector y' ∈ T*_pA ≅ (R^shape)*; `y'(v)` is the pairing ⟨y', v⟩."""
+    """A cotangent vector y' ∈ T*_pA ≅ (R^shape)*; `y'(v)` is the pairing ⟨y', v⟩.
+
+    Examples:
+        >>> c = Covector(jnp.array([1.0, 2.0]))
+        >>> float(c(Vector(jnp.array([3.0, 4.0]))))
+        11.0
+        >>> jnp.ones(2) - c
+        Traceback (most recent call last):
+            ...
+        TypeError: a covector is not a point (nor a vector): it measures ve...
+    """
 
     __slots__ = ()
 
@@ -154,7 +174,12 @@ for _cls in (Vector, Covector):
 
 
 def unwrap(x):
-    """The raw pytree inside a Vector/Covector (or x itself)."""
+    """The raw pytree inside a Vector/Covector (or x itself).
+
+    Examples:
+        >>> unwrap(Vector(jnp.ones(2))).tolist(), unwrap(3)
+        ([1.0, 1.0], 3)
+    """
     return x.value if isinstance(x, _Tangent) else x
 
 
@@ -163,6 +188,11 @@ class Linear:
 
     `apply` acts on raw pytrees; calling the map on a `Vector` (`Covector` for a map on
     covectors) returns the same kind. `transpose`, when known, is the dual map's `apply`.
+
+    Examples:
+        >>> L = Linear(R(2), R(2), lambda v: 2 * v)
+        >>> unwrap(L(Vector(jnp.ones(2)))).tolist()
+        [2.0, 2.0]
     """
 
     def __init__(self, dom: Space, cod: Space, apply, transpose=None, on="vectors", name=None):
@@ -236,12 +266,23 @@ class Linear:
         return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
 
 
-def identity_linear(space: Space, on="vectors") -> Linear:
+def linear_identity(space: Space, on="vectors") -> Linear:
+    """1 : T_A → T_A, the identity of the tangent space of `space` (`on="covectors"`: of T*_A).
+
+    Examples:
+        >>> unwrap(linear_identity(R(2))(Vector(jnp.array([1.0, 2.0])))).tolist()
+        [1.0, 2.0]
+    """
     return Linear(space, space, lambda v: v, transpose=lambda v: v, on=on, name="id")
 
 
 def flatten_value(x, space: Space) -> jnp.ndarray:
-    """A point/tangent value of `space` as one flat vector of length space.size."""
+    """A point/tangent value of `space` as one flat vector of length space.size.
+
+    Examples:
+        >>> flatten_value((jnp.ones((2, 2)), jnp.zeros(3)), R(2, 2) * R(3)).shape
+        (7,)
+    """
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
         return jnp.zeros((space.size,))
@@ -249,7 +290,12 @@ def flatten_value(x, space: Space) -> jnp.ndarray:
 
 
 def unflatten_value(flat, space: Space):
-    """Inverse of `flatten_value`."""
+    """Inverse of `flatten_value`.
+
+    Examples:
+        >>> [a.shape for a in unflatten_value(jnp.arange(7.0), R(2, 2) * R(3))]
+        [(2, 2), (3,)]
+    """
     template = space.tangent.zeros(flat.dtype)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     out, i = [], 0

@@ -6,7 +6,7 @@ component keeping its own slot. The identity carries the terminal parameter obje
 A reparameterisation (2-cell) along a smooth r : Q → P turns (P, f) into (Q, f ∘ (1_A × r));
 weight tying is the reparameterisation along the diagonal Δ : P → P × P.
 
-`tying_map`, `tie` and `slot_uses` are shared with `lenses`, so that the rules (how slots are
+`tying_map`, `para_tie` and `slot_uses` are shared with `lenses`, so that the rules (how slots are
 tied, how uses are counted) are written once.
 """
 
@@ -31,7 +31,13 @@ def chain_parts(f, g) -> tuple:
 
 
 class Para:
-    """A parameterised smooth map (P, f : A × P → B); call it as `f(a, p)`."""
+    """A parameterised smooth map (P, f : A × P → B); call it as `f(a, p)`.
+
+    Examples:
+        >>> f = Para(R(), R(), R(), lambda a, p: p * a, "scale")
+        >>> float(f(2.0, 3.0))
+        6.0
+    """
 
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
@@ -68,7 +74,14 @@ class Para:
 
 
 class ParaChain(Para):
-    """f_1 ≫ ... ≫ f_n with parameter object P_1 × ... × P_n (one slot per component)."""
+    """f_1 ≫ ... ≫ f_n with parameter object P_1 × ... × P_n (one slot per component).
+
+    Examples:
+        >>> f = Para(R(), R(), R(), lambda a, p: p * a, "scale")
+        >>> g = ParaChain([f, f])
+        >>> float(g(2.0, (3.0, 4.0))), g.param
+        (24.0, R × R)
+    """
 
     def __init__(self, parts: Sequence[Para]):
         self._parts = tuple(parts)
@@ -86,12 +99,24 @@ class ParaChain(Para):
 
 
 def para_identity(A: Space) -> Para:
-    """The identity (R^0, (a, None) ↦ a)."""
+    """The identity (R^0, (a, None) ↦ a).
+
+    Examples:
+        >>> i = para_identity(R(2))
+        >>> i(jnp.array([1.0, 2.0]), None).tolist(), i.param
+        ([1.0, 2.0], R^0)
+    """
     return Para(A, A, R(0), lambda a, p: a, "id")
 
 
 def para_of(f: Smooth) -> Para:
-    """A plain map as a parameterised one with no parameters (R^0)."""
+    """A plain map as a parameterised one with no parameters (R^0).
+
+    Examples:
+        >>> f = para_of(Smooth(R(), R(), jnp.sin, "sin"))
+        >>> round(float(f(0.5, None)), 4), f.param
+        (0.4794, R^0)
+    """
     fn = f.fn
     return Para(f.dom, f.cod, R(0), lambda a, p: fn(a), f.name)
 
@@ -131,6 +156,13 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
 
     Q is P with the slots after the first removed; r copies the shared slot into each of its
     places: for two slots this is the diagonal Δ : P_i → P_i × P_i, placed in the product.
+
+    Examples:
+        >>> r = tying_map(R() * R(), [0, 1])
+        >>> r.dom, r.cod
+        (R, R × R)
+        >>> [float(v) for v in r(jnp.asarray(3.0))]
+        [3.0, 3.0]
     """
     slots = check_slots(P, slots)
     shared = P.factors[slots[0]]
@@ -163,9 +195,16 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
     return r
 
 
-def tie(f, slots: Sequence[int]):
+def para_tie(f, slots: Sequence[int]):
     """Weight tying, `f.reparam(tying_map(f.param, slots))`, for anything parameterised (a
-    `Para`, a parameterised lens): the shared slot receives the sum of its uses' covectors."""
+    `Para`, a parameterised lens): the shared slot receives the sum of its uses' covectors.
+
+    Examples:
+        >>> f = Para(R(), R(), R(), lambda a, p: p * a, "scale")
+        >>> tied = para_tie(f >> f, [0, 1])
+        >>> float(tied(2.0, 3.0)), tied.param
+        (18.0, R)
+    """
     if not isinstance(getattr(f, "param", None), Space) or not callable(getattr(f, "reparam", None)):
         raise KindError(f"tie needs a parameterised map or lens (with a parameter object), got "
                         f"{type(f).__name__} {f!r}" + ("; for a family of lenses use lenses.tie"
@@ -184,6 +223,10 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
     A slot of Q reaches the slots of P that move when it moves (read off a JVP of r in a
     random tangent direction, so that it holds for any smooth r, not only for tying maps).
+
+    Examples:
+        >>> slot_uses(tying_map(R() * R(), [0, 1]), [1, 1])
+        (2,)
     """
     Q, P = r.dom, r.cod
     key = jax.random.PRNGKey(seed)
@@ -212,6 +255,6 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
 
 __all__ = [
-    "Para", "ParaChain", "para_identity", "para_of", "tying_map", "tie", "slot_uses",
+    "Para", "ParaChain", "para_identity", "para_of", "tying_map", "para_tie", "slot_uses",
     "chain_parts", "one_slot", "check_slots",
 ]

@@ -2,7 +2,7 @@
 
 `Smooth(dom, cod, fn)` is a smooth map dom → cod. Composition is `f >> g` (diagrammatic:
 f first), defined once here; the cartesian structure is `pair` ⟨f, g⟩, `f * g`, the
-projections `fst`/`snd`, the diagonal (copy) and `discard` to the terminal object R^0.
+projections `fst`/`snd`, the diagonal (copy) and `smooth_discard` to the terminal object R^0.
 """
 
 from __future__ import annotations
@@ -16,7 +16,18 @@ tree_map = jax.tree_util.tree_map
 
 
 class Smooth:
-    """A smooth map f : dom → cod, with `fn` written for single points (a pytree in, a pytree out)."""
+    """A smooth map f : dom → cod, with `fn` written for single points (a pytree in, a pytree out).
+
+    Examples:
+        >>> f = Smooth(R(2), R(), lambda x: x[0] * x[1], "mul")
+        >>> f
+        mul : R^2 → R
+        >>> float(f(jnp.array([2.0, 3.0])))
+        6.0
+        >>> g = f >> Smooth(R(), R(), jnp.exp, "exp")
+        >>> round(float(g(jnp.array([1.0, 0.5]))), 4)
+        1.6487
+    """
 
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
         if not isinstance(dom, Space) or not isinstance(cod, Space):
@@ -79,19 +90,38 @@ def _need_euclidean(space: Space, op: str) -> None:
 
 
 def scale(c, f: Smooth) -> Smooth:
-    """The scalar multiple c·f, for a Euclidean codomain."""
+    """The scalar multiple c·f, for a Euclidean codomain.
+
+    Examples:
+        >>> float(scale(3.0, Smooth(R(), R(), lambda x: x + 1, "succ"))(jnp.asarray(1.0)))
+        6.0
+    """
     _need_euclidean(f.cod, "scalar multiplication")
     fn = f.fn
     return Smooth(f.dom, f.cod, lambda x: tree_map(lambda a: c * a, fn(x)), f"{c}·{f.name}")
 
 
-def identity(A: Space) -> Smooth:
-    """1_A : A → A."""
+def smooth_identity(A: Space) -> Smooth:
+    """1_A : A → A.
+
+    Examples:
+        >>> smooth_identity(R(2))(jnp.array([1.0, 2.0])).tolist()
+        [1.0, 2.0]
+    """
     return Smooth(A, A, lambda x: x, "id")
 
 
 def pair(f: Smooth, g: Smooth) -> Smooth:
-    """⟨f, g⟩ : A → B × C, the unique map with ⟨f, g⟩ ≫ fst = f and ⟨f, g⟩ ≫ snd = g."""
+    """⟨f, g⟩ : A → B × C, the unique map with ⟨f, g⟩ ≫ fst = f and ⟨f, g⟩ ≫ snd = g.
+
+    Examples:
+        >>> f = Smooth(R(), R(), jnp.sin, "sin")
+        >>> g = pair(f, smooth_identity(R()))
+        >>> g.cod
+        R × R
+        >>> [round(float(v), 4) for v in g(jnp.asarray(0.5))]
+        [0.4794, 0.5]
+    """
     if f.dom != g.dom:
         raise TypeError(
             f"cannot pair {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
@@ -108,44 +138,79 @@ def _binary(AB: Space, who: str) -> Product:
 
 
 def fst(A: Space, B: Space | None = None) -> Smooth:
-    """π₀ : A × B → A (also `fst(A × B)`)."""
+    """π₀ : A × B → A (also `fst(A × B)`).
+
+    Examples:
+        >>> float(fst(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))))
+        1.0
+    """
     AB = _binary(A, "fst") if B is None else A * B
     return Smooth(AB, AB.factors[0], lambda ab: ab[0], "π₀")
 
 
 def snd(A: Space, B: Space | None = None) -> Smooth:
-    """π₁ : A × B → B (also `snd(A × B)`)."""
+    """π₁ : A × B → B (also `snd(A × B)`).
+
+    Examples:
+        >>> snd(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))).tolist()
+        [0.0, 0.0]
+    """
     AB = _binary(A, "snd") if B is None else A * B
     return Smooth(AB, AB.factors[1], lambda ab: ab[1], "π₁")
 
 
 def projection(P: Product, i: int) -> Smooth:
-    """π_i : A_0 × ... × A_{n-1} → A_i."""
+    """π_i : A_0 × ... × A_{n-1} → A_i.
+
+    Examples:
+        >>> float(projection(Product(R(), R(), R()), 2)((1.0, 2.0, 3.0)))
+        3.0
+    """
     return Smooth(P, P.factors[i], lambda x: x[i], f"π{i}")
 
 
 def diagonal(A: Space) -> Smooth:
-    """Δ_A : A → A × A, the copy that the cartesian structure provides for free."""
+    """Δ_A : A → A × A, the copy that the cartesian structure provides for free.
+
+    Examples:
+        >>> diagonal(R()).cod, diagonal(R())(2.0)
+        (R × R, (2.0, 2.0))
+    """
     return Smooth(A, A * A, lambda x: (x, x), "Δ")
 
 
-def discard(A: Space) -> Smooth:
-    """!_A : A → R^0, the unique map to the terminal object."""
+def smooth_discard(A: Space) -> Smooth:
+    """!_A : A → R^0, the unique map to the terminal object.
+
+    Examples:
+        >>> smooth_discard(R(3)).cod, smooth_discard(R(3))(jnp.ones(3))
+        (R^0, None)
+    """
     return Smooth(A, R(0), lambda x: None, "!")
 
 
 def swap(A: Space, B: Space) -> Smooth:
-    """σ : A × B → B × A."""
+    """σ : A × B → B × A.
+
+    Examples:
+        >>> swap(R(), R())((1.0, 2.0))
+        (2.0, 1.0)
+    """
     return Smooth(A * B, B * A, lambda ab: (ab[1], ab[0]), "σ")
 
 
 def constant(A: Space, B: Space, value) -> Smooth:
-    """The constant map A → B at a point of B."""
+    """The constant map A → B at a point of B.
+
+    Examples:
+        >>> float(constant(R(2), R(), jnp.asarray(7.0))(jnp.zeros(2)))
+        7.0
+    """
     B.check(value, "the value of a constant map")
     return Smooth(A, B, lambda x: value, "const")
 
 
 __all__ = [
-    "Smooth", "DomainError", "identity", "pair", "fst", "snd", "projection", "diagonal",
-    "discard", "swap", "constant", "scale",
+    "Smooth", "DomainError", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal",
+    "smooth_discard", "swap", "constant", "scale",
 ]

@@ -82,6 +82,17 @@ def _shape_str(shape) -> str:
     return "R^{" + "×".join(str(s) for s in shape) + "}"
 
 
+def _latex_power(base: str, shape) -> str:
+    """base^{n×m} as LaTeX: R for shape (), R^{n} for (n,), R^{n \\times m} for (n, m)."""
+    if len(shape) == 0:
+        return base
+    return base + "^{" + r" \times ".join(str(s) for s in shape) + "}"
+
+
+def _latex_number(x) -> str:
+    return f"{x:g}".replace("inf", r"\infty")
+
+
 def _describe(x) -> str:
     if x is None:
         return "None"
@@ -94,7 +105,13 @@ def _describe(x) -> str:
 
 
 class Space:
-    """An open subset of R^shape (abstract base)."""
+    """An open subset of R^shape (abstract base).
+
+    Examples:
+        >>> A = OpenBox(0.0, 1.0, (2,))
+        >>> isinstance(A, Space), A.shape, A.contains(jnp.array([0.5, 0.5])), A.contains(jnp.array([0.5, 1.0]))
+        (True, (2,), True, False)
+    """
 
     shape: tuple = ()
 
@@ -117,6 +134,17 @@ class Space:
         if not isinstance(other, Space):
             return NotImplemented
         return Product(self, other)
+
+    # -- notation ----------------------------------------------------------------------------
+    def latex(self) -> str:
+        """The space in LaTeX mathematical notation (without dollars); a kind of space that
+        does not say is written as its name, as text."""
+        text = "".join("\\" + c if c in "{}_%&#$" else r"\^{}" if c == "^" else c
+                       for c in repr(self))
+        return r"\text{" + text + "}"
+
+    def _repr_latex_(self) -> str:  # how a notebook shows a space
+        return f"${self.latex()}$"
 
     # -- points ------------------------------------------------------------------------------
     def zeros(self, dtype=None):
@@ -203,7 +231,14 @@ def _freeze(a):
 
 @dataclass(frozen=True, repr=False)
 class R(Space):
-    """Euclidean space R^shape. `R()` is the real line, `R(0)` the terminal object {None}."""
+    """Euclidean space R^shape. `R()` is the real line, `R(0)` the terminal object {None}.
+
+    Examples:
+        >>> R(2, 3), R(), R(0)
+        (R^{2×3}, R, R^0)
+        >>> R(3).contains(jnp.zeros(3)), R(0).contains(None)
+        (True, True)
+    """
 
     shape: tuple
 
@@ -243,10 +278,19 @@ class R(Space):
     def __repr__(self) -> str:
         return "R^0" if self.is_terminal else _shape_str(self.shape)
 
+    def latex(self) -> str:
+        return r"\mathbb{R}^{0}" if self.is_terminal else _latex_power(r"\mathbb{R}", self.shape)
+
 
 @dataclass(frozen=True, repr=False)
 class OpenBox(Space):
-    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`)."""
+    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`).
+
+    Examples:
+        >>> B = OpenBox(-1.0, 1.0, (2,))
+        >>> B.contains(jnp.array([0.0, 0.9])), B.contains(jnp.array([0.0, 1.0]))
+        (True, False)
+    """
 
     low: Any
     high: Any
@@ -294,10 +338,26 @@ class OpenBox(Space):
             lo, hi = lo.flat[0], hi.flat[0]
         return f"OpenBox({_tup(lo)}, {_tup(hi)}) ⊆ {_shape_str(self.shape)}"
 
+    def latex(self) -> str:
+        lo, hi = self._bounds()
+        if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):  # a cube
+            interval = f"({_latex_number(lo.flat[0])}, {_latex_number(hi.flat[0])})"
+            return _latex_power(interval, self.shape)
+        if lo.ndim == 1 and lo.size <= 4:  # a few intervals: write them out
+            return r" \times ".join(f"({_latex_number(a)}, {_latex_number(b)})"
+                                     for a, b in zip(lo, hi))
+        return r"\prod_i (l_i, h_i) \subseteq " + _latex_power(r"\mathbb{R}", self.shape)
+
 
 @dataclass(frozen=True, repr=False)
 class OpenBall(Space):
-    """The open ball {x : ‖x − center‖ < radius} ⊆ R^shape."""
+    """The open ball {x : ‖x − center‖ < radius} ⊆ R^shape.
+
+    Examples:
+        >>> B = OpenBall([0.0, 0.0], 1.0)
+        >>> B.contains(jnp.array([0.6, 0.6])), B.contains(jnp.array([0.8, 0.8]))
+        (True, False)
+    """
 
     center: Any
     radius: float
@@ -342,10 +402,21 @@ class OpenBall(Space):
     def __repr__(self) -> str:
         return f"OpenBall({_tup(self._center())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
 
+    def latex(self) -> str:
+        c = self._center()
+        centre = (_latex_number(float(c.flat[0])) if c.size and np.all(c == c.flat[0]) else "c")
+        return (f"B_{{{_latex_number(self.radius)}}}({centre}) \\subseteq "
+                + _latex_power(r"\mathbb{R}", self.shape))
+
 
 @dataclass(frozen=True, repr=False)
 class Positive(Space):
-    """The open positive orthant {x : x_i > 0} ⊆ R^shape."""
+    """The open positive orthant {x : x_i > 0} ⊆ R^shape.
+
+    Examples:
+        >>> Positive(2).contains(jnp.array([1.0, 2.0])), Positive(2).contains(jnp.array([1.0, 0.0]))
+        (True, False)
+    """
 
     shape: tuple
 
@@ -362,10 +433,19 @@ class Positive(Space):
     def __repr__(self) -> str:
         return f"Positive({_shape_str(self.shape)})"
 
+    def latex(self) -> str:
+        return _latex_power(r"\mathbb{R}_{>0}", self.shape)
+
 
 @dataclass(frozen=True, repr=False)
 class Product(Space):
-    """The product A_1 × ... × A_n; its points are tuples (a_1, ..., a_n)."""
+    """The product A_1 × ... × A_n; its points are tuples (a_1, ..., a_n).
+
+    Examples:
+        >>> P = Product(R(2), Positive())
+        >>> P == R(2) * Positive(), P.contains((jnp.zeros(2), jnp.asarray(1.0)))
+        (True, True)
+    """
 
     factors: tuple
 
@@ -412,9 +492,20 @@ class Product(Space):
             return "()"
         return " × ".join(f"({f!r})" if isinstance(f, Product) else repr(f) for f in self.factors)
 
+    def latex(self) -> str:
+        if not self.factors:
+            return "()"
+        return r" \times ".join(f"({f.latex()})" if isinstance(f, Product) else f.latex()
+                                 for f in self.factors)
+
 
 def euclidean(space: Space) -> bool:
-    """Is the space a vector space (R^n or a product of them), so that sums of points make sense?"""
+    """Is the space a vector space (R^n or a product of them), so that sums of points make sense?
+
+    Examples:
+        >>> euclidean(R(2) * R(3)), euclidean(Positive(2))
+        (True, False)
+    """
     if isinstance(space, Product):
         return all(euclidean(f) for f in space.factors)
     return isinstance(space, R)

@@ -21,7 +21,7 @@ from sklearn.datasets import load_iris
 from sklearn.model_selection import train_test_split
 
 from lenses import (Diagonal, Euclidean, ParaLens, accuracy, adam, dense, diagram, dL, expression, fit,
-                    gd, momentum, softmax_cross_entropy, tanh, update)
+                    gd, momentum, softmax_cross_entropy, tanh)
 
 OPTIMISERS = {"gd": lambda lr: gd(lr), "momentum": lambda lr: momentum(lr), "adam": lambda lr: adam(lr)}
 
@@ -81,7 +81,7 @@ def theory(model, params, x, label):
     print("its sharp, Euclidean inner prod.:", np.asarray(euclid.value[2][1]))
     print("its sharp, Diagonal(4) inner pr.:", np.asarray(weighted.value[2][1]))
 
-    u = update(Euclidean(), lr=0.1)
+    u = gd(0.1, metric=Euclidean())
     moved_model, p_new = u.reparameterise(model, params, p_cov)
     same = np.allclose(moved_model.forward(x, params), model.forward(x, p_new), atol=1e-6)
     print(f"update as reparameterisation: (P, f∘(1×u)) at p equals f at u(p): {same}")

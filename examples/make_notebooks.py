@@ -83,11 +83,11 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import optax
-from jax import lax
 from sklearn.datasets import load_digits, load_iris
 
-from lenses import (KFAC, Context, Diagonal, Euclidean, Fisher, GaussNewton, adam, batch_loss,
-                    batched, dL, dense, from_optax, gd, half_squared_error, linear, ravel,
+from categories import flatten_value
+from lenses import (KFAC, Context, Diagonal, Fisher, GaussNewton, ParalensError, adam, batch_loss,
+                    batched, dL, dense, from_optax, gd, half_squared_error, linear,
                     softmax_cross_entropy, tanh, train_step)
 
 SEEDS = range(3)
@@ -95,18 +95,21 @@ plt.rcParams["figure.dpi"] = 72  # figures small enough to commit with the noteb
 
 
 def runner(model, family, make_opt):
-    \"\"\"(lrs, p0, X, Y, aux) ↦ per rate: the loss before each step, the fault code, the final
-    point. train_step(model, family, make_opt(lr, aux)) on each of the stacked batches X, Y,
-    scanned; compiled once per runner and vmapped over the rates (data and aux are traced).\"\"\"
-    def one(lr, p0, X, Y, aux):
-        step = train_step(model, family, make_opt(lr, aux))
-
-        def body(state, batch):
-            loss = batch_loss(family, batch[1], "mean").fn(batched(model).forward(batch[0], state.params))
-            return step(state, *batch)[0], loss
-        state, losses = lax.scan(body, step.init(p0), (X, Y))
-        return losses, state.fault[0], state.params
-    return jax.jit(jax.vmap(one, (0, None, None, None, None)))
+    \"\"\"(lrs, p0, X, Y, aux) ↦ per rate: the loss before each step (NaN where refused), the
+    fault (0: none, 1: refused) and the final point. train_step(model, family,
+    make_opt(lr, aux)) runs the stacked batches X, Y in one dispatch (`step.run`, a scan); the
+    optimisers differ only in their numbers, so one compilation serves the whole sweep.\"\"\"
+    def run(lrs, p0, X, Y, aux):
+        losses, faults, finals = [], [], []
+        for lr in np.asarray(lrs).tolist():
+            step = train_step(model, family, make_opt(lr, aux))
+            try:
+                state, reports = step.run(step.init(p0), X, Y)
+                losses.append(np.asarray(reports.loss)), faults.append(0), finals.append(state.params)
+            except ParalensError:  # refused: the run is out of the sweep
+                losses.append(np.full(len(X), np.nan)), faults.append(1), finals.append(p0)
+        return np.array(losses), np.array(faults), jax.tree_util.tree_map(lambda *a: np.stack(a), *finals)
+    return run
 
 
 def sweep(runs, lrs, setup):
@@ -147,11 +150,11 @@ def timing(runs, res, setup, repeats=5):
     by the steps and by the rates run side by side.\"\"\"
     for name, r in res.items():
         args, rates = setup(name, 0), jnp.full(len(r["lrs"]), r["lr"], jnp.float32)
-        jax.block_until_ready(runs[name](rates, *args))
+        runs[name](rates, *args)
         ts = []
         for _ in range(repeats):
             t = time.perf_counter()
-            jax.block_until_ready(runs[name](rates, *args))
+            runs[name](rates, *args)  # its losses read back: the runs are done
             ts.append(time.perf_counter() - t)
         r["sec"] = float(np.median(ts)) / (r["losses"].shape[1] * len(r["lrs"]))
 
@@ -313,13 +316,13 @@ p = logreg.init(jax.random.PRNGKey(0))
 ctx = Context(logreg, fam3, Xi, yi, "mean")
 
 
-def hand_loss(theta):  # mean cross-entropy, with (W, b) read off ravel order: W row-major, then b
+def hand_loss(theta):  # mean cross-entropy; (W, b) in flatten_value's order: W row-major, then b
     W, b = theta[:12].reshape(3, 4), theta[12:]
     z = Xi @ W.T + b[None, :]
     return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(len(yi)), yi])
 
 
-H = jax.hessian(hand_loss)(ravel(p))
+H = jax.hessian(hand_loss)(flatten_value(p, logreg.param))
 G_gn, G_f = GaussNewton(damping=0.0).matrix(p, ctx), Fisher(damping=0.0).matrix(p, ctx)
 scale = float(jnp.max(jnp.abs(H)))
 print(f"max |GaussNewton − Hessian| = {float(jnp.max(jnp.abs(G_gn - H))):.1e}, "
@@ -509,11 +512,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_iris
 
-from categories import R, Smooth
 import optax
 
+from categories import R, Smooth, flatten_value, unflatten_value
 from lenses import (Context, Fisher, GaussNewton, adam, batch_loss, batched, binary_cross_entropy,
-                    dL, dense, from_optax, gd, ravel, tanh, train_step, unflatten_like)
+                    dL, dense, from_optax, gd, tanh, train_step)
 
 plt.rcParams["figure.dpi"] = 72
 data, species = load_iris(return_X_y=True)
@@ -523,14 +526,14 @@ Y = (species[keep] == 2).astype(float)[:, None]
 model = dense(4, 1)  # logistic regression: P(virginica | x) = σ(w·x + b)
 family = binary_cross_entropy
 theta0 = model.init(jax.random.PRNGKey(0))
-d = ravel(theta0).size
+d = flatten_value(theta0, model.param).size
 
 rng = np.random.default_rng(0)
 Q1, Q2 = (np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(2))
 M = Q1 @ np.diag(np.logspace(-0.5, 0.5, d)) @ Q2.T  # invertible, singular values 0.3 … 3.2
-r = Smooth(R(d), model.param, lambda phi: unflatten_like(jnp.asarray(M) @ phi, theta0), name="M")
+r = Smooth(R(d), model.param, lambda phi: unflatten_value(jnp.asarray(M) @ phi, model.param), name="M")
 other = model.reparam(r, name="the same model in φ = M⁻¹θ")
-phi0 = jnp.asarray(np.linalg.solve(M, np.asarray(ravel(theta0))))
+phi0 = jnp.asarray(np.linalg.solve(M, np.asarray(flatten_value(theta0, model.param))))
 print(f"{model.name}: d = {d} parameters; M has condition number {np.linalg.cond(M):.1f}")
 same = np.abs(np.asarray(batched(other).forward(X, phi0)) - np.asarray(batched(model).forward(X, theta0)))
 print(f"the two lenses compute the same outputs at φ0 and θ0 = Mφ0: max difference {same.max():.1e}")
@@ -543,7 +546,7 @@ lens's backward part and compared with the transpose written by hand:
     code("""
 loss = batch_loss(family, Y, "mean")
 out, pull = batched(model).vjp(X, theta0)
-theta_cov = ravel(pull(dL(loss, out))[1].value)
+theta_cov = flatten_value(pull(dL(loss, out))[1].value, model.param)
 out, pull = batched(other).vjp(X, phi0)
 phi_cov = pull(dL(loss, out))[1].value
 gap = float(np.max(np.abs(np.asarray(phi_cov) - M.T @ np.asarray(theta_cov))))
@@ -563,11 +566,11 @@ STEPS = 25
 
 def trajectory(lens, p0, opt):
     step = train_step(lens, family, opt)
-    state, points, losses = step.init(p0), [ravel(p0)], []
+    state, points, losses = step.init(p0), [flatten_value(p0, lens.param)], []
     for _ in range(STEPS):
         state, report = step(state, X, Y)
         losses.append(float(report.loss))
-        points.append(ravel(state.params))
+        points.append(flatten_value(state.params, lens.param))
     return np.array(points), np.array(losses)
 
 
@@ -782,23 +785,23 @@ zero and `train_step` refuses the step (the fault it records: the step, and the 
 """),
     code("""
 import optax
-from jax import lax
 
-from lenses import adam, from_optax
+from lenses import DomainError, adam, from_optax
 
 
 def baseline(make_opt, lrs):
-    \"\"\"200 steps of train_step(model, GaussianNLL(), make_opt(lr)), scanned, one run per rate:
-    the loss before each step and the fault the state records (kind, step, slot; 0: none).\"\"\"
-    def one(lr):
+    \"\"\"200 steps of train_step(model, GaussianNLL(), make_opt(lr)) in one dispatch per rate
+    (`step.run`): the losses and the fault (kind, step; (0, 0): none) of each rate.\"\"\"
+    Xs, Ys = np.broadcast_to(X, (STEPS,) + X.shape), np.broadcast_to(Y, (STEPS,) + Y.shape)
+    losses, faults = [], []
+    for lr in lrs:
         step = train_step(model, GaussianNLL(), make_opt(lr))
-
-        def body(state, _):
-            L = 0.5 * jnp.sum(v_hat / state.params + jnp.log(state.params))
-            return step(state, X, Y)[0], L
-        state, losses = lax.scan(body, step.init(jnp.ones(d)), None, length=STEPS)
-        return losses, state.fault
-    return [np.asarray(a) for a in jax.jit(jax.vmap(one))(jnp.asarray(lrs))]
+        try:
+            losses.append(np.asarray(step.run(step.init(jnp.ones(d)), Xs, Ys)[1].loss))
+            faults.append((0, 0))
+        except DomainError as e:  # refused: the step and its fault
+            losses.append(np.full(STEPS, np.nan)), faults.append((1, e.step))
+    return losses, faults
 
 
 adaptive = {"adam": (adam, [0.003, 0.01, 0.03, 0.1]),
@@ -1239,21 +1242,21 @@ class EdgeNLL(LossFamily):
 
 
 def euclidean_runs(d, make_opt):
-    \"\"\"(lrs, inits) ↦ (embeddings, losses): train_step with make_opt(lr) on the free embedding
-    R^{N×d}, STEPS full-batch steps scanned, vmapped over the learning rates and initial points.\"\"\"
+    \"\"\"(lrs, inits, U, V, cand) ↦ (embeddings, losses), rate × initial point: train_step with
+    make_opt(lr) on the free embedding R^{N×d}, STEPS full-batch steps in one dispatch each
+    (`step.run`); the rates differ only in their numbers, so one compilation serves them all.\"\"\"
     model = ParaLens(R(1), R(N, d), R(N, d), lambda x, p: p * x[0], name=f"embedding R^{d}")
-    X, Y = jnp.ones((STEPS, 1, 1)), jnp.zeros((STEPS, 1, N, d))
+    X, Y = np.ones((STEPS, 1, 1)), np.zeros((STEPS, 1, N, d))
 
-    def one(lr, emb, U, V, cand):
-        step = train_step(model, EdgeNLL(U, V, cand), make_opt(lr))
-
-        def body(state, batch):
-            loss = edge_loss(state.params, U, V, cand, False)
-            state, _ = step(state, *batch)
-            return state, loss
-        state, losses = lax.scan(body, step.init(emb), (X, Y))
-        return state.params, losses
-    return jax.jit(jax.vmap(jax.vmap(one, (None, 0, None, None, None)), (0, None, None, None, None)))
+    def run(lrs, inits, U, V, cand):
+        embs, losses = [], []
+        for lr in np.asarray(lrs).tolist():
+            step = train_step(model, EdgeNLL(U, V, cand), make_opt(lr))
+            row = [step.run(step.init(e), X, Y) for e in inits]
+            embs.append([state.params for state, _ in row])
+            losses.append([reports.loss for _, reports in row])
+        return np.array(embs), np.array(losses)
+    return run
 
 
 def poincare_runs(d):
@@ -1423,10 +1426,9 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import optax
-from jax import lax
 
-from lenses import (Context, Fisher, adam, binary_cross_entropy, from_optax, gd, half_squared_error,
-                    linear, train_step)
+from lenses import (Context, Fisher, ParalensError, adam, binary_cross_entropy, from_optax, gd,
+                    half_squared_error, linear, train_step)
 
 plt.rcParams["figure.dpi"] = 72
 model = linear(2, 1)  # θ ∈ R^{1×2}: two parameters, so the fields can be drawn
@@ -1564,16 +1566,33 @@ LRS = {"Euclidean": [0.1, 0.3, 1, 3, 10, 30], "Fisher": [0.3, 0.5, 1.0, 1.5, 2.0
 
 
 def runner(fam, make_opt):
-    \"\"\"(lrs, starts, X, Y) ↦ θ_t and L(θ_t) per rate and start: train_step scanned, vmapped.\"\"\"
-    def one(lr, theta0, X, Y):
-        step = train_step(model, fam, make_opt(lr))
+    \"\"\"(lrs, starts, X, Y) ↦ L before each step, rate × start: train_step, STEPS full-batch steps
+    in one dispatch (`step.run`); a run refused at step k (non-finite) keeps its first k − 1
+    losses, then NaN.\"\"\"
+    def run(lrs, starts, X, Y):
+        Xs, Ys = np.broadcast_to(X, (STEPS,) + X.shape), np.broadcast_to(Y, (STEPS,) + Y.shape)
+        out = np.full((len(lrs), len(starts), STEPS), np.nan)
+        for i, lr in enumerate(np.asarray(lrs).tolist()):
+            step = train_step(model, fam, make_opt(lr))
+            for j, theta0 in enumerate(starts):
+                try:
+                    out[i, j] = step.run(step.init(theta0[None, :]), Xs, Ys)[1].loss
+                except ParalensError as e:
+                    if e.step > 1:
+                        out[i, j, :e.step - 1] = step.run(step.init(theta0[None, :]), Xs[:e.step - 1],
+                                                          Ys[:e.step - 1])[1].loss
+        return out
+    return run
 
-        def body(state, _):
-            theta = state.params[0]
-            state, _ = step(state, X, Y)
-            return state, (theta, loss_of(fam, X, Y, theta))
-        return lax.scan(body, step.init(theta0[None, :]), None, length=STEPS)[1]
-    return jax.jit(jax.vmap(jax.vmap(one, (None, 0, None, None)), (0, None, None, None)))
+
+def path(fam, make_opt, lr, theta0, X, Y, steps=30):
+    \"\"\"θ_0, …, θ_steps: the points of one run, step by step.\"\"\"
+    step = train_step(model, fam, make_opt(lr))
+    state, points = step.init(theta0[None, :]), [theta0]
+    for _ in range(steps):
+        state, _ = step(state, X, Y)
+        points.append(np.asarray(state.params[0]))
+    return np.array(points)
 
 
 def to_target(losses, target):
@@ -1598,12 +1617,11 @@ study = {}
 for name, (fam, X, Y) in PROBLEMS.items():
     study[name] = {}
     for o in OPTS:
-        thetas, losses = (np.asarray(a) for a in runners[fam, o](jnp.asarray(LRS[o], jnp.float32),
-                                                                  STARTS, X, Y))
+        losses = runners[fam, o](LRS[o], STARTS, X, Y)
         steps = np.array([[to_target(l, TARGETS[name]) for l in row] for row in losses])
         med = np.median(steps, axis=1)
         k = int(np.flatnonzero(med == med.min())[0])  # the smallest rate with the fewest steps
-        study[name][o] = dict(k=k, lr=LRS[o][k], med=med, thetas=thetas[k], losses=losses[k])
+        study[name][o] = dict(k=k, lr=LRS[o][k], med=med, losses=losses[k])
 """),
     code("""
 for name, res in study.items():
@@ -1622,7 +1640,8 @@ for ax, (name, (fam, X, Y)) in zip(axes, PROBLEMS.items()):
     ax.contour(a, a, np.log(Z), 15, colors="grey", linewidths=0.5)
     for i, o in enumerate(("Euclidean", "Fisher", "empirical Fisher")):
         r = study[name][o]
-        for j, th in enumerate(r["thetas"]):
+        for j, start in enumerate(STARTS):
+            th = path(fam, OPTS[o], r["lr"], start, X, Y)
             ax.plot(*np.clip(th[:30], -3, 3).T, f"C{i}.-", ms=3, lw=0.8,
                     label=f"{o} (lr {r['lr']:g})" if j == 0 else None)
     ax.set_title(name, fontsize=8), ax.set_aspect("equal"), ax.legend(fontsize=7)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Smooth, Space, diagonal, identity, pair, projection
+from categories import Smooth, Space, diagonal, pair, projection, smooth_identity
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
 
@@ -26,7 +26,13 @@ from .para_lens import ParaLens, derived
 
 @dataclass
 class BackwardReport:
-    """Largest absolute discrepancy per slot ("a" for the input, "p[i]" for parameter leaves)."""
+    """Largest absolute discrepancy per slot ("a" for the input, "p[i]" for parameter leaves).
+
+    Examples:
+        >>> report = check_backward(dense(2, 1), jnp.ones(2), dense(2, 1).init(jax.random.PRNGKey(0)), jnp.ones(1))
+        >>> sorted(report.vs_derived)
+        ['a', 'p[0]', 'p[1]']
+    """
 
     vs_derived: dict = field(default_factory=dict)
     vs_finite_differences: dict = field(default_factory=dict)
@@ -54,6 +60,13 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
     """Compare `lens.backward` with JAX's derivation and with central finite differences.
 
     With `tol`, raise AssertionError (with the report) when a discrepancy exceeds it.
+
+    Examples:
+        >>> model = dense(2, 1) >> tanh
+        >>> p = model.init(jax.random.PRNGKey(0))
+        >>> report = check_backward(model, jnp.array([0.5, -1.0]), p, jnp.ones(1))
+        >>> max(report.vs_derived.values()) < 1e-12, max(report.vs_finite_differences.values()) < 1e-6
+        (True, True)
     """
     b_cov = unwrap(b_cov)
     da, dp = lens.backward(a, p, b_cov)
@@ -88,7 +101,12 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
 
 
 def largest_slope(p_cov):
-    """max |p'_i| over the parameterised slots; None when no slot has parameters (no movement)."""
+    """max |p'_i| over the parameterised slots; None when no slot has parameters (no movement).
+
+    Examples:
+        >>> float(largest_slope(Covector((jnp.array([1.0, -3.0]), None)))), largest_slope(Covector((None, None)))
+        (3.0, None)
+    """
     leaves = jax.tree_util.tree_leaves(unwrap(p_cov))
     if not leaves:
         return None
@@ -96,6 +114,14 @@ def largest_slope(p_cov):
 
 
 def describe_slope(p_cov) -> str:
+    """`largest_slope` in words, for progress lines and error messages.
+
+    Examples:
+        >>> describe_slope(Covector((jnp.array([1.0, -3.0]), None)))
+        'largest slope 3'
+        >>> describe_slope(Covector(None))
+        'no movement: no slot has parameters'
+    """
     s = largest_slope(p_cov)
     return "no movement: no slot has parameters" if s is None else f"largest slope {float(s):.3g}"
 
@@ -104,7 +130,7 @@ def describe_slope(p_cov) -> str:
 
 def _path(space: Space, path: str) -> Smooth:
     """The composite of projections picking the factor at `path` (a string of 0/1 digits)."""
-    m = identity(space)
+    m = smooth_identity(space)
     for d in path:
         m = m >> projection(m.cod, int(d))
     return m
@@ -134,17 +160,32 @@ def _bwd(f: ParaLens) -> Smooth:
 
 @dataclass
 class CompositionRule:
-    """K : (A × (P × Q)) × C* → C × (A* × (P* × Q*)), (x, c') ↦ (h(x), h'(x, c')) for h = f ≫ g."""
+    """K : (A × (P × Q)) × C* → C × (A* × (P* × Q*)), (x, c') ↦ (h(x), h'(x, c')) for h = f ≫ g.
+
+    Examples:
+        >>> rule = composition_rule(dense(2, 3), tanh.at(R(3)))
+        >>> isinstance(rule, CompositionRule), rule.morphism.dom
+        (True, (R^2 × ((R^{3×2} × R^3) × R^0)) × R^3)
+    """
 
     morphism: Smooth
     copies: dict
 
 
 def composition_rule(f: ParaLens, g: ParaLens) -> CompositionRule:
+    """The composite f ≫ g written as one smooth map K (see `CompositionRule`), built from f's and
+    g's forward and backward parts by the theory's rule, for comparison with `f >> g`.
+
+    Examples:
+        >>> f, g = dense(2, 3), dense(3, 1)
+        >>> rule = composition_rule(f, g)
+        >>> rule.morphism.cod
+        R^1 × (R^2 × ((R^{3×2} × R^3) × (R^{1×3} × R^1)))
+    """
     check_composable(f, g)
     A, P, B, Q, C = f.dom, f.param, f.cod, g.param, g.cod
     F, F_, G, G_ = _fwd(f), _bwd(f), _fwd(g), _bwd(g)
-    one = identity
+    one = smooth_identity
     AP, BQ = A * P, B * Q
     x = (A * (P * Q)) * C.tangent
     k = shuffle(x, (("00", "010"), ("011", "1")))                      # ((a,p), (q, c'))

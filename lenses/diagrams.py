@@ -3,6 +3,7 @@
 - `expression(lens)`: the lens as a term in ≫ and ⊗, with its type and parameter object.
 - `diagram(lens)`: a string diagram as text (Unicode box drawing).
 - `draw(lens, ax=None, backward=False)`: the same string diagram as a matplotlib figure.
+- `svg(lens)`: that figure as SVG text (what a lens shows in a notebook, `_repr_svg_`).
 
 Every kind of lens gives its piece of the picture (`lens.picture()`, a `lenses.picture`
 term); both renderings come from one layout of that term on an integer grid: a chain goes
@@ -31,7 +32,12 @@ def _has_params(space) -> bool:
 
 def expression(lens, types: bool = True) -> str:
     """The lens as a term in ≫ (then) and ⊗ (parallel); with `types`, its type, its
-    parameter object and the type of each component."""
+    parameter object and the type of each component.
+
+    Examples:
+        >>> print(expression(dense(2, 3) >> tanh >> dense(3, 1), types=False))
+        dense(2→3) ≫ tanh ≫ dense(3→1)
+    """
     term = lens.term()
     if not types:
         return term
@@ -348,7 +354,16 @@ def render(lay: Layout) -> str:
 
 def diagram(lens) -> str:
     """The string diagram of `lens` as text: boxes left to right, wires labelled with their
-    spaces, parameter wires from above labelled with the parameter object."""
+    spaces, parameter wires from above labelled with the parameter object.
+
+    Examples:
+        >>> print(diagram(dense(2, 3) >> tanh))
+                 R^{3×2} × R^3
+                       │
+                 ┌─────┴──────┐         ┌──────┐
+        R^2 ─────┤ dense(2→3) ├─ R^3 ───┤ tanh ├───── R^3
+                 └────────────┘         └──────┘
+    """
     return render(full_layout(lens))
 
 
@@ -356,14 +371,19 @@ def diagram(lens) -> str:
 
 def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     """The string diagram of `lens` as a matplotlib figure (returned); with `backward`, the
-    backward part's direction as arrows right to left (and up the parameter wires)."""
+    backward part's direction as arrows right to left (and up the parameter wires).
+
+    Examples:
+        >>> fig = draw(dense(2, 3) >> tanh >> dense(3, 1))
+        >>> type(fig).__name__
+        'Figure'
+    """
     import matplotlib.pyplot as plt  # optional dependency: imported only when drawing
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
     lay = full_layout(lens)
-    cw, rh = 0.62 * fontsize / 72, 1.9 * fontsize / 72  # one grid cell, in inches
     if ax is None:
-        fig = plt.figure(figsize=(max(lay.w * cw, 2.0), max(lay.h * rh, 1.0)))
+        fig = plt.figure(figsize=_figsize(lay, fontsize))
         ax = fig.add_axes((0, 0, 1, 1))
     else:
         fig = ax.figure
@@ -408,6 +428,25 @@ def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     return fig
 
 
+def _figsize(lay: Layout, fontsize: float) -> tuple:
+    cw, rh = 0.62 * fontsize / 72, 1.9 * fontsize / 72  # one grid cell, in inches
+    return max(lay.w * cw, 2.0), max(lay.h * rh, 1.0)
+
+
+def svg(lens, fontsize: float = 9.0) -> str:
+    """The string diagram of `lens` (as `draw` makes it) as SVG text. The figure is made
+    without pyplot, so that showing a lens in a notebook opens no figure of its own."""
+    import io
+
+    from matplotlib.figure import Figure  # optional dependency: imported only when drawing
+
+    fig = Figure(figsize=_figsize(full_layout(lens), fontsize))
+    draw(lens, ax=fig.add_axes((0, 0, 1, 1)), fontsize=fontsize)
+    out = io.StringIO()
+    fig.savefig(out, format="svg")
+    return out.getvalue()
+
+
 def _math(label: str) -> str:
     """A space's name as mathtext: R^{16×4} × R^16 → $\\mathbb{R}^{16\\times4} \\times \\mathbb{R}^{16}$."""
     if not label or "?" in label:
@@ -433,4 +472,4 @@ def _backward_arrows(ax, wire: Wire, P):
                 arrowprops=dict(arrowstyle="->", color="tab:red", lw=1.0))
 
 
-__all__ = ["expression", "diagram", "draw", "layout", "full_layout", "render"]
+__all__ = ["expression", "diagram", "draw", "svg", "layout", "full_layout", "render"]

@@ -34,12 +34,19 @@ from .families import LensFamily, family
 from .para_lens import Layer
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+"""The shape of the raw data of a PRNG key (`Keys()` is the space of such keys)."""
 
 
 @dataclass(frozen=True, repr=False)
 class Tokens(Space):
     """Tokens(T, V) ⊆ R^T: sequences of T tokens from 0..V−1, each coordinate within 1/2 of
-    its token (open: a disjoint union of open cubes)."""
+    its token (open: a disjoint union of open cubes).
+
+    Examples:
+        >>> T = Tokens(4, 10)
+        >>> T.contains(jnp.array([0.0, 3.0, 9.0, 2.0])), T.contains(jnp.array([0.0, 3.0, 10.0, 2.0]))
+        (True, False)
+    """
 
     shape: tuple
     vocab: int = 0
@@ -65,7 +72,12 @@ class Tokens(Space):
 @dataclass(frozen=True, repr=False)
 class Keys(Space):
     """Raw PRNG key data (uint32 of shape KEY_SHAPE), a discrete input read only through the
-    random bits it determines: no map is differentiated in it (its covector is float0)."""
+    random bits it determines: no map is differentiated in it (its covector is float0).
+
+    Examples:
+        >>> Keys().shape == KEY_SHAPE, Keys().contains(jax.random.PRNGKey(0))
+        (True, True)
+    """
 
     shape: tuple
 
@@ -82,7 +94,15 @@ class Keys(Space):
 
 def embedding(vocab: int, d: int) -> LensFamily:
     """x ↦ (E[:, x_1], ..., E[:, x_T])ᵀ : Tokens(T, V) → R^{T×d}, parameters E ∈ R^{d×V} (column
-    convention: column k is the image of the one-hot vector e_k); zero input covector."""
+    convention: column k is the image of the one-hot vector e_k); zero input covector.
+
+    Examples:
+        >>> emb = embedding(10, 3).at(Tokens(4, 10))
+        >>> emb
+        embedding(10→3) : Tokens(4, V=10) → R^{4×3}, params R^{3×10}
+        >>> emb(jnp.array([1, 2, 3, 4]), emb.init(jax.random.PRNGKey(0))).shape
+        (4, 3)
+    """
     name = f"embedding({vocab}→{d})"
 
     def fwd(x, E):
@@ -102,7 +122,14 @@ def embedding(vocab: int, d: int) -> LensFamily:
 
 def dropout(rate: float) -> LensFamily:
     """(x, k) ↦ m_k ⊙ x / (1 − rate) : A × Keys → A, no parameters (R^0), m_k ∈ {0, 1}^A drawn
-    from the key k with P(m = 1) = 1 − rate; `evaluation` replaces it by (x, k) ↦ x."""
+    from the key k with P(m = 1) = 1 − rate; `evaluation` replaces it by (x, k) ↦ x.
+
+    Examples:
+        >>> drop = dropout(0.5).at(R(4) * Keys())
+        >>> y = drop((jnp.ones(4), jax.random.PRNGKey(1)), None)
+        >>> set(np.asarray(y).tolist()) <= {0.0, 2.0}
+        True
+    """
     rate = float(rate)
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout needs 0 ≤ rate < 1, got {rate}")
@@ -137,7 +164,15 @@ def _evaluation(lens):
 
 def evaluation(lens):
     """The lens at evaluation: every layer that declares an evaluation form (dropout) replaced
-    by it, through `children`/`rebuild`; the same spaces and parameter point."""
+    by it, through `children`/`rebuild`; the same spaces and parameter point.
+
+    Examples:
+        >>> model = dropout(0.5).at(R(4) * Keys()) >> dense(4, 1)
+        >>> p = model.init(jax.random.PRNGKey(0))
+        >>> x = (jnp.ones(4), jax.random.PRNGKey(1))
+        >>> np.allclose(evaluation(model)(x, p), dense(4, 1)(jnp.ones(4), p[1]))
+        True
+    """
     return lens.lift(_evaluation, name=f"evaluation({lens.name})")
 
 

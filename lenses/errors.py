@@ -1,14 +1,12 @@
-"""The catalogue of the errors the library raises on purpose (defined in `categories.errors`,
-where `DomainError` and the other errors of the ambient category live; re-exported here).
+"""The catalogue of the errors the library raises on purpose, re-exported from
+`categories.errors`, where they are defined and listed once (`categories.__all__`), with the
+table of each class, when it is raised and what its message names.
 
-See `categories.errors` for the table: each class, when it is raised, what its message names.
+`lenses.DomainError is categories.DomainError`: the same classes, reachable from either
+package; this module lists none of them again.
 """
 
-from categories.errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError,
-                               DimensionError, DomainError, HyperparameterError, KindError,
-                               NonFiniteError, ParalensError, ShapeError, SlotError,
+from categories.errors import (CATALOGUE, CheckpointError, CheckpointMismatch,  # noqa: F401
+                               CovectorError, DimensionError, DomainError, HyperparameterError,
+                               KindError, NonFiniteError, ParalensError, ShapeError, SlotError,
                                SpaceMismatch, TargetError, TargetTypeError)
-
-__all__ = ["ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch",
-           "ShapeError", "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError",
-           "KindError", "NonFiniteError", "CheckpointError", "CheckpointMismatch", "CATALOGUE"]

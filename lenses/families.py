@@ -21,7 +21,16 @@ from . import picture
 
 
 class LensFamily:
-    """A family A ↦ F_A of parameterised lenses (`make(A)` builds the member with domain A)."""
+    """A family A ↦ F_A of parameterised lenses (`make(A)` builds the member with domain A).
+
+    Examples:
+        >>> isinstance(tanh, LensFamily)
+        True
+        >>> tanh.at(R(3))
+        tanh : R^3 → R^3, params R^0
+        >>> dense(2, 3) >> tanh
+        dense(2→3) ≫ tanh : R^2 → R^3, params R^{3×2}×R^3 × R^0
+    """
 
     def __init__(self, make: Callable[[Space], object], name: str, smooth: bool = True,
                  endo: bool = False):
@@ -116,7 +125,13 @@ def _beside(f, g) -> LensFamily:
 
 
 def family(make: Callable[[Space], object], name: str, smooth: bool = True, endo: bool = False):
-    """The family A ↦ make(A) (`endo`: every member is an endomorphism A → A)."""
+    """The family A ↦ make(A) (`endo`: every member is an endomorphism A → A).
+
+    Examples:
+        >>> double = family(lambda A: ParaLens(A, A, R(0), lambda a, p: 2 * a, name="double"), "double", endo=True)
+        >>> double.at(R(2))(jnp.array([1.0, 2.0]), None).tolist()
+        [2.0, 4.0]
+    """
     return LensFamily(make, name, smooth, endo)
 
 

@@ -167,6 +167,10 @@ class SlotMetric(Metric):
     the Euclidean inner product elsewhere (base of the metrics of this module).
 
     `space`: the parameter object, used when the (co)vector carries none.
+
+    Examples:
+        >>> isinstance(InteriorMetric(), SlotMetric), isinstance(LogBarrier(), SlotMetric)
+        (True, True)
     """
 
     rules: dict = {}
@@ -236,27 +240,55 @@ class SlotMetric(Metric):
 
 class LogBarrier(SlotMetric):
     """g_p(u, v) = Σ u_i v_i / p_i² on Positive slots (the Hessian of the log barrier),
-    Euclidean elsewhere; exp_p(v) = p · exp(v / p)."""
+    Euclidean elsewhere; exp_p(v) = p · exp(v / p).
+
+    Examples:
+        >>> p = jnp.array([1.0, 2.0])
+        >>> v = LogBarrier(Positive(2)).sharp(p, Covector(jnp.array([1.0, 1.0]), Positive(2)))
+        >>> unwrap(v).tolist()
+        [1.0, 4.0]
+    """
 
     rules = {Positive: _Positive}
 
 
 class Poincare(SlotMetric):
     """g_x(u, v) = λ(x)² ⟨u, v⟩, λ(x) = 2r/(r² − ‖x − c‖²), on OpenBall(c, r) slots (the
-    hyperbolic metric), Euclidean elsewhere; the exponential map by Möbius addition."""
+    hyperbolic metric), Euclidean elsewhere; the exponential map by Möbius addition.
+
+    Examples:
+        >>> x = jnp.array([0.5, 0.0])
+        >>> v = Poincare(OpenBall([0.0, 0.0], 1.0)).sharp(x, Covector(jnp.array([1.0, 0.0]), OpenBall([0.0, 0.0], 1.0)))
+        >>> print(np.round(unwrap(v), 4))
+        [0.1406 0.    ]
+    """
 
     rules = {OpenBall: _Ball}
 
 
 class BoxBarrier(SlotMetric):
     """g_x(u, v) = Σ u_i v_i (1/(x_i−a_i)² + 1/(b_i−x_i)²) on OpenBox(a, b) slots (the Hessian
-    of the log barrier), Euclidean elsewhere; the retraction through logit coordinates."""
+    of the log barrier), Euclidean elsewhere; the retraction through logit coordinates.
+
+    Examples:
+        >>> B = OpenBox(0.0, 1.0, (1,))
+        >>> v = BoxBarrier(B).sharp(jnp.array([0.5]), Covector(jnp.array([8.0]), B))
+        >>> print(np.round(unwrap(v), 4))
+        [1.]
+    """
 
     rules = {OpenBox: _Box}
 
 
 class InteriorMetric(SlotMetric):
     """Each slot's own geometry: `LogBarrier` on Positive, `Poincare` on OpenBall,
-    `BoxBarrier` on OpenBox, Euclidean elsewhere."""
+    `BoxBarrier` on OpenBox, Euclidean elsewhere.
+
+    Examples:
+        >>> P = Positive(1) * R(1)
+        >>> v = InteriorMetric(P).sharp((jnp.array([2.0]), jnp.array([2.0])), Covector((jnp.array([1.0]), jnp.array([1.0])), P))
+        >>> [a.tolist() for a in unwrap(v)]
+        [[4.0], [1.0]]
+    """
 
     rules = {Positive: _Positive, OpenBall: _Ball, OpenBox: _Box}

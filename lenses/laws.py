@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from categories import Product, R, identity as _smooth_identity
+from categories import Product, R, smooth_identity as _smooth_identity
 from categories.laws import ATOL, RTOL, assert_close, law_registry
 from categories.linear import unwrap
 

@@ -45,7 +45,13 @@ def _tuple_of(layer: str, what: str, k, least: int) -> tuple:
 
 
 def linear(n_in: int, n_out: int) -> Layer:
-    """x ↦ W x : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in}."""
+    """x ↦ W x : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in}.
+
+    Examples:
+        >>> W = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+        >>> linear(2, 2)(jnp.array([1.0, 1.0]), W).tolist()
+        [3.0, 7.0]
+    """
     n_in, n_out = _sizes("linear", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in), lambda x, W: W @ x,
                  name=f"linear({n_in}→{n_out})", structure=Affine(bias=False),
@@ -53,14 +59,33 @@ def linear(n_in: int, n_out: int) -> Layer:
 
 
 def bias(n: int) -> Layer:
-    """x ↦ x + b : R^n → R^n, parameters R^n (initialised at 0)."""
+    """x ↦ x + b : R^n → R^n, parameters R^n (initialised at 0).
+
+    Examples:
+        >>> b = bias(2)
+        >>> b.init(jax.random.PRNGKey(0)).tolist()
+        [0.0, 0.0]
+        >>> b(jnp.array([1.0, 2.0]), jnp.array([0.5, 0.5])).tolist()
+        [1.5, 2.5]
+    """
     (n,) = _sizes("bias", n=n)
     return Layer(R(n), R(n), R(n), lambda x, b: x + b, name=f"bias({n})",
                  init=lambda k: jnp.zeros((n,)))
 
 
 def dense(n_in: int, n_out: int) -> Layer:
-    """x ↦ W x + b : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in} × R^{n_out}."""
+    """x ↦ W x + b : R^{n_in} → R^{n_out}, parameters R^{n_out×n_in} × R^{n_out}.
+
+    Examples:
+        >>> layer = dense(2, 3)
+        >>> layer
+        dense(2→3) : R^2 → R^3, params R^{3×2}×R^3
+        >>> W, b = layer.init(jax.random.PRNGKey(0))
+        >>> W.shape, b.shape
+        ((3, 2), (3,))
+        >>> np.allclose(layer(jnp.ones(2), (W, b)), W @ jnp.ones(2) + b)
+        True
+    """
     n_in, n_out = _sizes("dense", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out),
                  lambda x, Wb: Wb[0] @ x + Wb[1], name=f"dense({n_in}→{n_out})",
@@ -77,18 +102,32 @@ def _elementwise(name: str, g, smooth=True) -> LensFamily:
 
 
 identity = _elementwise("id", lambda x: x)
+"""1_A : A → A for every A, no parameters: the family of identity layers (`identity.at(R(3))`)."""
 tanh = _elementwise("tanh", jnp.tanh)
+"""x ↦ tanh(x) elementwise : A → A for every A, no parameters (a family fixed by its neighbour)."""
 sigmoid = _elementwise("sigmoid", jax.nn.sigmoid)
+"""x ↦ 1 / (1 + e^{−x}) elementwise : A → A for every A, no parameters."""
 softplus = _elementwise("softplus", jax.nn.softplus)
+"""x ↦ log(1 + e^x) elementwise : A → A for every A, no parameters."""
 gelu = _elementwise("gelu", lambda x: jax.nn.gelu(x, approximate=False))
+"""x ↦ x Φ(x) elementwise (Φ the standard normal CDF) : A → A for every A, no parameters."""
 # relu is not smooth at 0, so it lies outside the theory's setting; JAX (and this library)
 # uses the derivative 0 there, the one-sided choice that keeps a dead unit dead.
 relu = _elementwise("relu", jax.nn.relu, smooth=False)
+"""x ↦ max(x, 0) elementwise : A → A for every A, no parameters; not smooth at 0 (`relu.smooth`
+is False), where its derivative is taken to be 0."""
 softmax = _elementwise("softmax", lambda x: jax.nn.softmax(x, axis=-1))
+"""x ↦ e^x / Σ e^x over the last axis : A → A for every A, no parameters."""
 
 
 def activation(name: str, g, smooth: bool = True) -> LensFamily:
-    """An elementwise (or shape-preserving) parameterless layer from a function g."""
+    """An elementwise (or shape-preserving) parameterless layer from a function g.
+
+    Examples:
+        >>> square = activation("square", lambda x: x * x)
+        >>> square.at(R(2))(jnp.array([1.0, 3.0]), None).tolist()
+        [1.0, 9.0]
+    """
     return _elementwise(name, g, smooth)
 
 
@@ -110,7 +149,13 @@ def _padding(padding, kernel, layer: str = "conv2d"):
 
 def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID") -> LensFamily:
     """2-D convolution R^{C×H×W} → R^{C'×H'×W'}, parameters (K, b) with K of shape
-    (C', C, kh, kw); per example, channels first. H and W come from the input space."""
+    (C', C, kh, kw); per example, channels first. H and W come from the input space.
+
+    Examples:
+        >>> conv = conv2d(1, 4, 3).at(R(1, 8, 8))
+        >>> conv
+        conv2d(1→4, 3×3) : R^{1×8×8} → R^{4×6×6}, params R^{4×1×3×3}×R^4
+    """
     in_channels, out_channels = _sizes("conv2d", in_channels=in_channels,
                                        out_channels=out_channels)
     kernel = _tuple_of("conv2d", "kernel", kernel, 1)
@@ -169,12 +214,24 @@ def _pool(name, reducer, init_value, window, stride, padding, scale, smooth):
 
 
 def max_pool(window, stride=None, padding="VALID") -> LensFamily:
-    """Max pooling over H and W of R^{C×H×W} (not smooth where two inputs tie)."""
+    """Max pooling over H and W of R^{C×H×W} (not smooth where two inputs tie).
+
+    Examples:
+        >>> pool = max_pool(2).at(R(1, 4, 4))
+        >>> pool(jnp.arange(16.0).reshape(1, 4, 4), None).tolist()
+        [[[5.0, 7.0], [13.0, 15.0]]]
+    """
     return _pool("max_pool", lax.max, -jnp.inf, window, stride, padding, lambda w: 1.0, False)
 
 
 def avg_pool(window, stride=None, padding="VALID") -> LensFamily:
-    """Average pooling over H and W of R^{C×H×W} (linear, so smooth)."""
+    """Average pooling over H and W of R^{C×H×W} (linear, so smooth).
+
+    Examples:
+        >>> pool = avg_pool(2).at(R(1, 4, 4))
+        >>> pool(jnp.arange(16.0).reshape(1, 4, 4), None).tolist()
+        [[[2.5, 4.5], [10.5, 12.5]]]
+    """
     return _pool("avg_pool", lax.add, 0.0, window, stride, padding,
                  lambda w: 1.0 / (w[0] * w[1]), True)
 
@@ -184,6 +241,7 @@ def _flatten_at(A: Space) -> Layer:
 
 
 flatten = family(_flatten_at, "flatten")
+"""x ↦ x as one flat vector : A → R^{size A} for every A, no parameters."""
 
 
 def _residual(block):
@@ -195,7 +253,17 @@ def _residual(block):
 
 def residual(block):
     """x ↦ x + block(x), built as copy ≫ (block ⊗ id) ≫ add; the block must be an endomorphism
-    A → A (a family gives the family of its members' residuals, every one A → A)."""
+    A → A (a family gives the family of its members' residuals, every one A → A).
+
+    Examples:
+        >>> block = residual(dense(2, 2))
+        >>> block
+        copy ≫ (dense(2→2) ⊗ id) ≫ add : R^2 → R^2, params R^0 × R^{2×2}×R^2×R^0 × R^0
+        >>> p = block.init(jax.random.PRNGKey(0))
+        >>> x = jnp.array([1.0, 2.0])
+        >>> np.allclose(block(x, p), x + dense(2, 2)(x, p[1][0]))
+        True
+    """
     need_lens(block, "residual")
     return block.lift(_residual, name=f"residual({block.name})", endo=True)
 

@@ -13,7 +13,13 @@ from categories import check_composable
 
 
 class Lens:
-    """A lens A → B: get : A → B and put : A × B* → A*, with put(a, b') = a'."""
+    """A lens A → B: get : A → B and put : A × B* → A*, with put(a, b') = a'.
+
+    Examples:
+        >>> double = Lens(R(), R(), lambda a: 2 * a, lambda a, b: 2 * b, "double")
+        >>> (double >> double).get(1.0), (double >> double).put(1.0, 1.0)
+        (4.0, 4.0)
+    """
 
     def __init__(self, dom: Space, cod: Space, get, put, name: str | None = None):
         self.dom, self.cod, self.get, self.put = dom, cod, get, put
@@ -45,17 +51,39 @@ class Lens:
 
 
 def lens_identity(A: Space) -> Lens:
+    """1_A : A ⇄ A, the identity lens: get(a) = a and put(a, a') = a'.
+
+    Examples:
+        >>> i = lens_identity(R())
+        >>> i.get(2.0), i.put(2.0, 5.0)
+        (2.0, 5.0)
+    """
     return Lens(A, A, lambda a: a, lambda a, b: b, "id")
 
 
 def lens_of(f: Smooth) -> Lens:
-    """The lens (f, R[f]) of a smooth map: the functor Smooth → Lens."""
+    """The lens (f, R[f]) of a smooth map: the functor Smooth → Lens.
+
+    Examples:
+        >>> sq = lens_of(Smooth(R(), R(), lambda x: x * x, "sq"))
+        >>> float(sq.get(jnp.asarray(3.0))), float(sq.put(jnp.asarray(3.0), jnp.asarray(1.0)))
+        (9.0, 6.0)
+    """
     rf = reverse_derivative(f).fn
     return Lens(f.dom, f.cod, f.fn, lambda a, b: rf((a, b)), f.name)
 
 
 def as_lens(para_lens) -> Lens:
-    """A parameterised lens (P, f, f') as a plain lens A × P ⇄ B (the parameters become input)."""
+    """A parameterised lens (P, f, f') as a plain lens A × P ⇄ B (the parameters become input).
+
+    Examples:
+        >>> L = as_lens(linear(1, 1))
+        >>> L
+        linear(1→1) : R^1 × R^{1×1} ⇄ R^1
+        >>> x, W = jnp.array([2.0]), jnp.array([[3.0]])
+        >>> L.get((x, W)).tolist(), [v.tolist() for v in L.put((x, W), jnp.array([1.0]))]
+        ([6.0], [[3.0], [[2.0]]])
+    """
     fwd, back = para_lens.forward, para_lens.backward
 
     def put(ap, b):

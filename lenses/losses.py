@@ -64,6 +64,7 @@ class LossFamily:
     - `output_fisher(z, v)`: F(z) v, the Fisher information in the output of the predictive
       distribution p(y | z) whose negative log-likelihood the loss is. Needed by `Fisher` and
       by `KFAC` (curvature="fisher"); `GaussNewton` needs only `value`.
+    - `sample(key, z)`: a target drawn from p(y | z), for `KFAC(curvature="sampled")`.
     - `configure(**config)`: the family with other configuration (default: `dataclasses.replace`
       for a dataclass family; a family without configuration refuses any).
 
@@ -71,6 +72,12 @@ class LossFamily:
     or the instance attributes of a plain subclass). Give a family hashable configuration so
     that equal families share compiled functions; with unhashable configuration a family is
     only equal to itself.
+
+    Examples:
+        >>> class AbsoluteError(LossFamily):
+        ...     def value(self, c, y): return jnp.sum(jnp.abs(c - y))
+        >>> float(AbsoluteError()(jnp.zeros(2))(jnp.array([1.0, -2.0])))
+        3.0
     """
 
     name: str | None = None
@@ -104,6 +111,17 @@ class LossFamily:
     def has_output_fisher(self) -> bool:
         """Whether this family supplies `output_fisher` (so that `Fisher` can use it)."""
         return type(self).output_fisher is not LossFamily.output_fisher
+
+    def sample(self, key, z):
+        """A target ŷ ~ p(· | z) drawn from the predictive distribution with the JAX key `key`
+        (for the sampled Fisher of `KFAC(curvature="sampled")`); ŷ need only be a target
+        `value(z, ŷ)` accepts."""
+        raise NotImplementedError
+
+    @property
+    def has_sampler(self) -> bool:
+        """Whether this family supplies `sample` (so that `KFAC` can draw labels)."""
+        return type(self).sample is not LossFamily.sample
 
     def configure(self, **config) -> "LossFamily":
         """This family with the configuration `config` changed."""
@@ -251,7 +269,12 @@ def _need_real(fam, Y, what="targets"):
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class HalfSquaredError(LossFamily):
     """L_y(ŷ) = ½‖ŷ − y‖²: the negative log-likelihood (up to a constant) of y ~ N(ŷ, I),
-    whose output Fisher is F = I. Targets: real arrays shaped like the output."""
+    whose output Fisher is F = I. Targets: real arrays shaped like the output.
+
+    Examples:
+        >>> float(HalfSquaredError()(jnp.array([1.0, 0.0]))(jnp.array([3.0, 2.0])))
+        4.0
+    """
 
     name = "half_squared_error"
     symbol = "½‖· − y‖²"
@@ -267,13 +290,22 @@ class HalfSquaredError(LossFamily):
     def output_fisher(self, z, v):
         return v
 
+    def sample(self, key, z):
+        return z + jax.random.normal(key, jnp.shape(z), jnp.result_type(z))
+
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SoftmaxCrossEntropy(LossFamily):
     """L_y(z) = −log softmax(z)_y for an integer class label y ∈ {0, …, k−1} (with `classes`
     = k), or −Σ_i y_i log softmax(z)_i for a probability vector y over the last axis: the
     negative log-likelihood of y ~ Categorical(softmax z), whose output Fisher is
-    F = diag π − π πᵀ, π = softmax z."""
+    F = diag π − π πᵀ, π = softmax z.
+
+    Examples:
+        >>> L = SoftmaxCrossEntropy(classes=2)(jnp.asarray(0))
+        >>> round(float(L(jnp.array([0.0, 0.0]))), 4)
+        0.6931
+    """
 
     classes: int | None = None
     name = "softmax_cross_entropy"
@@ -346,12 +378,23 @@ class SoftmaxCrossEntropy(LossFamily):
         pi = jax.nn.softmax(z, axis=-1)
         return pi * v - pi * jnp.sum(pi * v, axis=-1, keepdims=True)
 
+    def sample(self, key, z):
+        # A one-hot probability vector (a target in either form would do): value(z, ŷ) reads it.
+        k = jax.random.categorical(key, z, axis=-1)
+        return jax.nn.one_hot(k, jnp.shape(z)[-1], dtype=jnp.result_type(z))
+
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class BinaryCrossEntropy(LossFamily):
     """L_y(z) = −Σ_i [y_i log σ(z_i) + (1 − y_i) log(1 − σ(z_i))] on logits z, for targets
     y ∈ [0, 1] shaped like the output: the negative log-likelihood of independent
-    y_i ~ Bernoulli(σ z_i), whose output Fisher is F = diag σ(1 − σ)."""
+    y_i ~ Bernoulli(σ z_i), whose output Fisher is F = diag σ(1 − σ).
+
+    Examples:
+        >>> L = BinaryCrossEntropy()(jnp.array([1.0]))
+        >>> round(float(L(jnp.array([0.0]))), 4)
+        0.6931
+    """
 
     name = "binary_cross_entropy"
     symbol = "BCE"
@@ -370,10 +413,18 @@ class BinaryCrossEntropy(LossFamily):
         q = jax.nn.sigmoid(z)
         return q * (1.0 - q) * v
 
+    def sample(self, key, z):
+        return jax.random.bernoulli(key, jax.nn.sigmoid(z)).astype(jnp.result_type(z))
+
 
 half_squared_error = HalfSquaredError()
+"""The family y ↦ (ŷ ↦ ½‖ŷ − y‖²) (see `HalfSquaredError`)."""
 softmax_cross_entropy = SoftmaxCrossEntropy()
+"""The family y ↦ (z ↦ −log softmax(z)_y), for class labels or probability vectors (see
+`SoftmaxCrossEntropy`; `softmax_cross_entropy(classes=k)` fixes the number of classes)."""
 binary_cross_entropy = BinaryCrossEntropy()
+"""The family y ↦ (z ↦ −Σ_i [y_i log σ(z_i) + (1 − y_i) log(1 − σ(z_i))]) on logits (see
+`BinaryCrossEntropy`)."""
 
 
 # -- families given as functions -----------------------------------------------------------------
@@ -393,7 +444,13 @@ def _fn_key(fn):
 class CallableFamily(LossFamily):
     """A loss family given as a plain function y ↦ L_y (a `Smooth` C → R). It has a value
     (so `GaussNewton` works with it) but no known predictive distribution (so `Fisher`
-    refuses it: write a `LossFamily` with `output_fisher`, or pass `output_fisher=`)."""
+    refuses it: write a `LossFamily` with `output_fisher`, or pass `output_fisher=`).
+
+    Examples:
+        >>> fam = CallableFamily(lambda y: Smooth(R(2), R(), lambda c: jnp.sum(jnp.abs(c - y)), "l1"))
+        >>> float(fam(jnp.zeros(2))(jnp.array([1.0, -2.0])))
+        3.0
+    """
 
     def __init__(self, fn: Callable):
         self.fn = fn
@@ -430,7 +487,15 @@ def loss_family(family: Any) -> LossFamily:
     """The `LossFamily` that `family` denotes: a family itself; a `functools.partial` of one
     with configuration only (`partial(softmax_cross_entropy, classes=3)` is the family
     `softmax_cross_entropy(classes=3)`, equal to every other); a plain callable y ↦ Smooth,
-    wrapped. A loss for one target (a `Smooth`) is refused: pass the family."""
+    wrapped. A loss for one target (a `Smooth`) is refused: pass the family.
+
+    Examples:
+        >>> from functools import partial
+        >>> loss_family(partial(softmax_cross_entropy, classes=3)) == softmax_cross_entropy(classes=3)
+        True
+        >>> loss_family(half_squared_error) is half_squared_error
+        True
+    """
     if isinstance(family, LossFamily):
         return family
     if isinstance(family, Smooth):
@@ -452,7 +517,13 @@ def loss_family(family: Any) -> LossFamily:
 # -- the covector and the batch -------------------------------------------------------------------
 
 def dL(loss: Smooth, c) -> Covector:
-    """The differential of the loss at c, a covector on C (the start of the backward pass)."""
+    """The differential of the loss at c, a covector on C (the start of the backward pass).
+
+    Examples:
+        >>> loss = half_squared_error(jnp.array([1.0, 0.0]))
+        >>> unwrap(dL(loss, jnp.array([3.0, 2.0]))).tolist()
+        [2.0, 2.0]
+    """
     if isinstance(loss, LossFamily):
         raise KindError(f"dL needs the loss for one target, got the family {loss!r}: "
                         "pass family(y)")
@@ -462,7 +533,15 @@ def dL(loss: Smooth, c) -> Covector:
 def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
     """The loss of a batch, Σ_i L_{y_i}(c_i) (or the mean), as a map on batched outputs.
     The targets are checked against the family (shape always, values when concrete), and
-    the batched outputs against the targets' output space."""
+    the batched outputs against the targets' output space.
+
+    Examples:
+        >>> L = batch_loss(half_squared_error, jnp.zeros((2, 1)))
+        >>> float(L(jnp.array([[1.0], [2.0]])))
+        2.5
+        >>> float(batch_loss(half_squared_error, jnp.zeros((2, 1)), reduction="mean")(jnp.array([[1.0], [2.0]])))
+        1.25
+    """
     if reduction not in ("sum", "mean"):
         raise HyperparameterError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     fam = loss_family(family).configure(**kw) if kw else loss_family(family)

@@ -32,7 +32,13 @@ tree_map = jax.tree_util.tree_map
 
 @dataclass(frozen=True)
 class Context:
-    """What a data-dependent metric may look at: the model, the loss family and the batch."""
+    """What a data-dependent metric may look at: the model, the loss family and the batch.
+
+    Examples:
+        >>> ctx = Context(dense(2, 1), half_squared_error, jnp.ones((4, 2)), jnp.zeros((4, 1)))
+        >>> ctx.x.shape, ctx.reduction
+        ((4, 2), 'mean')
+    """
 
     model: Any
     loss: LossFamily | Callable | None = None
@@ -51,7 +57,15 @@ class Metric:
     """An inner product g_p on the tangent spaces of a parameter object (abstract).
 
     `sharp(p, cov, ctx)` takes a `Covector` (or its raw value, as `optax.chain` passes it)
-    and refuses a `Vector` (`CovectorError`)."""
+    and refuses a `Vector` (`CovectorError`).
+
+    Examples:
+        >>> class Halved(Metric):
+        ...     def sharp(self, p, cov, ctx=None): return Vector(unwrap(cov) / 2, cov.space)
+        ...     def flat(self, p, vec, ctx=None): return Covector(unwrap(vec) * 2, vec.space)
+        >>> unwrap(Halved().sharp(None, Covector(jnp.array([2.0, 4.0]), R(2)))).tolist()
+        [1.0, 2.0]
+    """
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
         raise NotImplementedError
@@ -96,7 +110,12 @@ def _space_of(x, default=None):
 
 
 class Euclidean(Metric):
-    """g(u, v) = Σ u_i v_i: sharp and flat are the identity on components."""
+    """g(u, v) = Σ u_i v_i: sharp and flat are the identity on components.
+
+    Examples:
+        >>> unwrap(Euclidean().sharp(None, Covector(jnp.array([1.0, 2.0])))).tolist()
+        [1.0, 2.0]
+    """
 
     def sharp(self, p, cov, ctx=None):
         return Vector(covector_value(cov, "Euclidean().sharp"), _space_of(cov))
@@ -107,7 +126,12 @@ class Euclidean(Metric):
 
 class Diagonal(Metric):
     """g(u, v) = Σ w_i u_i v_i with positive weights `w` (a pytree shaped like the parameter
-    point, or a scalar; None for R^0 slots)."""
+    point, or a scalar; None for R^0 slots).
+
+    Examples:
+        >>> unwrap(Diagonal(2.0).sharp(None, Covector(jnp.array([1.0, 2.0])))).tolist()
+        [0.5, 1.0]
+    """
 
     def __init__(self, weights):
         leaves = jax.tree_util.tree_leaves(weights)
@@ -134,7 +158,13 @@ class Diagonal(Metric):
 class Constant(Metric):
     """g(u, v) = uᵀ G v for a fixed symmetric positive-definite G on the flattened parameter
     object (`space` given) or on one slot (`slot=i` of a product parameter point).
-    The sharp map solves G x = p' by Cholesky; G is never inverted."""
+    The sharp map solves G x = p' by Cholesky; G is never inverted.
+
+    Examples:
+        >>> G = jnp.array([[2.0, 0.0], [0.0, 4.0]])
+        >>> print(np.round(unwrap(Constant(G, R(2)).sharp(None, Covector(jnp.array([2.0, 2.0]), R(2)))), 4))
+        [1.  0.5]
+    """
 
     def __init__(self, G, space: Space | None = None, slot: int | None = None):
         G = jnp.asarray(G)

@@ -14,8 +14,10 @@ batch loss.
   `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
   given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
   parameter covectors g_i.
-- `KFAC`: block diagonal over the layers that declare an affine structure (`Affine`: dense,
-  linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`, wherever they sit.
+- `KFAC` (`lenses.kfac`): block diagonal over the layers that declare an affine structure
+  (`Affine`: dense, linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`,
+  wherever they sit; with the moving averages, update periods and adaptive damping of
+  Martens & Grosse (2015).
 
 Sharp maps solve G x = p' and never invert G: by Cholesky on the dense matrix for parameter
 objects of dimension ≤ `dense_max` (`solver="auto"`), else by conjugate gradients with the
@@ -37,7 +39,7 @@ from categories.linear import unwrap
 
 from .losses import dL, loss_family
 from .metrics import Context, Metric, covector_value, ravel, unflatten_like
-from .para_lens import Affine, at_path, batched
+from .para_lens import batched
 
 tree_map = jax.tree_util.tree_map
 
@@ -56,7 +58,13 @@ def _data(ctx, who):
 
 def output_fisher(family):
     """(z, v) ↦ F(z) v, the Fisher information in the output z of the distribution p(y | z)
-    that the loss family is the negative log-likelihood of (the family's `output_fisher`)."""
+    that the loss family is the negative log-likelihood of (the family's `output_fisher`).
+
+    Examples:
+        >>> F = output_fisher(softmax_cross_entropy)
+        >>> print(np.round(F(jnp.zeros(2), jnp.array([1.0, 0.0])), 4))
+        [ 0.25 -0.25]
+    """
     fam = loss_family(family)
     if not fam.has_output_fisher:
         raise TypeError(f"no predictive distribution is known for the loss family {fam!r}: "
@@ -148,7 +156,17 @@ class _DataMetric(Metric):
 # -- Gauss–Newton and Fisher ---------------------------------------------------------------------
 
 class GaussNewton(_DataMetric):
-    """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss."""
+    """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss.
+
+    Examples:
+        >>> model = linear(2, 1)
+        >>> W = jnp.array([[1.0, 1.0]])
+        >>> X, Y = jnp.array([[1.0, 0.0], [0.0, 2.0]]), jnp.zeros((2, 1))
+        >>> ctx = Context(model, half_squared_error, X, Y, reduction="sum")
+        >>> v = GaussNewton(damping=0.0).sharp(W, Covector(jnp.array([[1.0, 4.0]]), model.param), ctx)
+        >>> print(np.round(unwrap(v), 4))
+        [[1. 1.]]
+    """
 
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
@@ -214,7 +232,17 @@ class GaussNewton(_DataMetric):
 
 class Fisher(GaussNewton):
     """g_p(u, v) = uᵀ (s Σ_i E_{y~p(·|x_i,p)}[∇log p ∇log pᵀ] + λ I) v: the Fisher information
-    of the model's predictive distribution (`empirical=True`: s Σ_i g_i g_iᵀ + λ I)."""
+    of the model's predictive distribution (`empirical=True`: s Σ_i g_i g_iᵀ + λ I).
+
+    Examples:
+        >>> model = linear(2, 1)
+        >>> W = jnp.array([[1.0, 1.0]])
+        >>> X, Y = jnp.array([[1.0, 0.0], [0.0, 2.0]]), jnp.zeros((2, 1))
+        >>> ctx = Context(model, half_squared_error, X, Y, reduction="sum")
+        >>> v = Fisher(damping=0.0).sharp(W, Covector(jnp.array([[1.0, 4.0]]), model.param), ctx)
+        >>> print(np.round(unwrap(v), 4))
+        [[1. 1.]]
+    """
 
     def __init__(self, damping: float = 1e-3, empirical: bool = False, output_fisher=None, **kw):
         super().__init__(damping, **kw)
@@ -254,148 +282,8 @@ class Fisher(GaussNewton):
         return f"Fisher(damping={self.damping}, empirical={self.empirical}, solver={self.solver!r})"
 
 
-# -- KFAC ----------------------------------------------------------------------------------------
+# -- KFAC (its own module, built on the classes above) ------------------------------------------
 
-def _kind(site):
-    """How KFAC reads a parameterised slot, from what its lens declares: 'dense' (Affine with a
-    bias: x ↦ W x + b), 'linear' (Affine without: x ↦ W x) or None (nothing declared)."""
-    if isinstance(site.structure, Affine):
-        return "dense" if site.structure.bias else "linear"
-    return None
-
-
-def _to_theta(kind, t):
-    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W."""
-    return jnp.concatenate([t[0], t[1][:, None]], axis=1) if kind == "dense" else t
-
-
-def _from_theta(kind, theta):
-    return (theta[:, :-1], theta[:, -1]) if kind == "dense" else theta
-
-
-def _theta_to_ravel(kind, m, n_in):
-    """Indices taking the row-major vec of Θ to `ravel((W, b))` order (W row-major, then b)."""
-    if kind != "dense":
-        return None
-    rows = jnp.arange(m)[:, None] * (n_in + 1)
-    return jnp.concatenate([jnp.ravel(rows + jnp.arange(n_in)[None, :]), rows[:, 0] + n_in])
-
-
-class KFAC(_DataMetric):
-    """g_p = ⊕_l (G_l ⊗ A_l + λ I) over the affine layers l of the model (Kronecker-factored Fisher).
-
-    A_l = (1/n) Σ_i ā_i ā_iᵀ, ā the layer's input with a 1 appended for the bias, and
-    G_l = s Σ_i B_iᵀ F_i B_i, B_i the Jacobian of the network output in the layer's output
-    s_l = W a + b and F_i the output-space Fisher (`curvature="fisher"`, the default) or the
-    loss Hessian (`curvature="gauss-newton"`), both computed exactly, not sampled. The block
-    acts on the row-major vec of Θ = [W b] as G_l ⊗ A_l (`matrix` reorders it to `ravel(p)`).
-    It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on
-    the example (a deep linear network).
-
-    Sharp, per block, uses the eigen-decompositions G = U_G Γ U_Gᵀ, A = U_A Α U_Aᵀ: the damped
-    block has eigenvalues γ_i α_j + λ, so X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ solves it
-    exactly (no split of the damping between the factors). Parameterised slots whose lens
-    declares no affine structure raise, or with `fallback="euclidean"` get the identity block.
-    """
-
-    def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
-                 output_fisher=None):
-        if damping < 0:
-            raise ValueError(f"damping must be ≥ 0, got {damping}")
-        if curvature not in ("fisher", "gauss-newton"):
-            raise ValueError(f"curvature must be 'fisher' or 'gauss-newton', got {curvature!r}")
-        if fallback not in ("raise", "euclidean"):
-            raise ValueError(f"fallback must be 'raise' or 'euclidean', got {fallback!r}")
-        self.damping, self.curvature, self.fallback = float(damping), curvature, fallback
-        self._output_fisher = output_fisher
-
-    def _layout(self, model):
-        """The model's parameterised slots (`model.sites()`) and how each is read."""
-        sites = model.sites()
-        for site in sites:
-            if _kind(site) is None and self.fallback == "raise":
-                raise TypeError(f"KFAC factors layers that declare an affine structure (such as "
-                                f"dense and linear); {site.lens.name} (parameters "
-                                f"{site.lens.param!r}) declares none: use "
-                                "KFAC(fallback='euclidean') to give it the identity block, or "
-                                "another metric")
-        return sites
-
-    def _curv(self, ctx):
-        if self.curvature == "gauss-newton":
-            return _loss_hvp(ctx.loss)
-        F = self._output_fisher or output_fisher(ctx.loss)
-        return lambda z, y, v: F(z, v)
-
-    def factors(self, p, ctx):
-        """Per parameterised slot (`model.sites()`), (A_l, G_l) for an affine layer, else None."""
-        return self._run("_factors", p, None, ctx)
-
-    def _factors(self, p, _, ctx):
-        n, s = _data(ctx, "KFAC")
-        model, sites = ctx.model, self._layout(ctx.model)
-        idx = [i for i, site in enumerate(sites) if _kind(site)]
-        curv, dtype = self._curv(ctx), ravel(p).dtype
-
-        def one(x, y):
-            # Perturb each factored layer's output by δ_l (`_probe`); the Jacobian in δ_l at 0
-            # is B_l, so one reverse sweep per output coordinate gives every layer's B at once.
-            def run(deltas):
-                inputs = []
-                z = model._probe(x, p, iter(deltas), inputs)
-                return ravel(z), (z, inputs)
-
-            zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]
-            Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
-            H = _out_matrix(curv, z, y)
-            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)]) if _kind(sites[i]) == "dense" else a
-                    for i, a in zip(idx, inputs)]
-            return abar, Bs, [H @ B for B in Bs]
-
-        abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y)
-        out = [None] * len(sites)
-        for j, i in enumerate(idx):
-            out[i] = (jnp.einsum("ia,ib->ab", abar[j], abar[j]) / n,
-                      s * jnp.einsum("ima,imb->ab", Bs[j], HBs[j]))
-        return tuple(out)
-
-    def _map(self, p, t, ctx, sharp):
-        sites, out = self._layout(ctx.model), t
-        for site, f in zip(sites, self._factors(p, None, ctx)):
-            if f is None:  # the identity block of the fallback
-                continue
-            kind = _kind(site)
-            a, UA = jnp.linalg.eigh(f[0])
-            g, UG = jnp.linalg.eigh(f[1])
-            # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
-            ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + self.damping
-            C = UG.T @ _to_theta(kind, site.get(t)) @ UA
-            out = at_path(out, site.path, _from_theta(kind, UG @ (C / ev if sharp else C * ev) @ UA.T))
-        return out
-
-    def _sharp(self, p, g, ctx):
-        return self._map(p, g, ctx, True)
-
-    def _flat(self, p, v, ctx):
-        return self._map(p, v, ctx, False)
-
-    def _matrix(self, p, _, ctx):
-        # ⊕_l (G_l ⊗ A_l + λ I), each block reordered from vec(Θ) to ravel((W, b)); the sites
-        # are the parameterised slots in the order of `ravel(p)`.
-        blocks = []
-        for site, f in zip(self._layout(ctx.model), self._factors(p, None, ctx)):
-            d = ravel(site.get(p)).size
-            if f is None:
-                blocks.append(jnp.eye(d))
-                continue
-            M = jnp.kron(f[1], f[0])
-            perm = _theta_to_ravel(_kind(site), site.lens.cod.shape[0], site.lens.dom.shape[0])
-            M = M if perm is None else M[perm][:, perm]
-            blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
-        return jax.scipy.linalg.block_diag(*blocks)
-
-    def __repr__(self):
-        return f"KFAC(damping={self.damping}, curvature={self.curvature!r})"
-
+from .kfac import KFAC  # noqa: E402  (kfac imports this module's names, defined above)
 
 __all__ = ["GaussNewton", "Fisher", "KFAC", "output_fisher"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from categories import Covector, Product, Smooth, Space, Vector, check_composable
 from categories.errors import CovectorError, KindError, ShapeError, SpaceMismatch
-from categories import tie as _tie_para
+from categories import para_tie as _tie_para
 from categories.linear import unwrap
 from categories.para import one_slot, slot_uses
 
@@ -45,15 +45,27 @@ tree_map = jax.tree_util.tree_map
 class Affine:
     """Declared by a layer R^n → R^m whose forward part is a ↦ W a + b (`bias=True`, parameter
     (W, b)) or a ↦ W a (parameter W), W of shape (m, n): its Kronecker factors are built from
-    its input a and from the covector at its output W a (+ b)."""
+    its input a and from the covector at its output W a (+ b). `transposed=True`: the slot
+    holds Wᵀ, of shape (n, m), in W's place (a ↦ a Wᵀ, as Flax keeps its kernel).
+
+    Examples:
+        >>> [site.structure for site in (dense(2, 3) >> tanh >> linear(3, 1)).sites()]
+        [Affine(bias=True, transposed=False), Affine(bias=False, transposed=False)]
+    """
 
     bias: bool
+    transposed: bool = False
 
 
 @dataclass(frozen=True)
 class Site:
     """A parameterised slot of a model: the lens that owns it, the path of indices to its point
-    inside the model's parameter point, and the structure the lens declares (None: nothing)."""
+    inside the model's parameter point, and the structure the lens declares (None: nothing).
+
+    Examples:
+        >>> [site.path for site in (dense(2, 3) >> tanh >> dense(3, 1)).sites()]
+        [(0,), (2,)]
+    """
 
     lens: "ParaLens"
     path: tuple
@@ -125,6 +137,15 @@ class ParaLens(metaclass=_Builds):
     - initial parameters: `init(key)`;
     - description: `term(inside)` (its term in the lens expression), `picture()` (its piece of
       the string diagram, a `lenses.picture` term), `atoms()` (its primitive lenses).
+
+    Examples:
+        >>> scale = ParaLens(R(2), R(2), R(), lambda a, p: p * a, name="scale")
+        >>> scale
+        scale : R^2 → R^2, params R
+        >>> y, pullback = scale.vjp(jnp.array([1.0, 2.0]), jnp.asarray(3.0))
+        >>> a_cov, p_cov = pullback(jnp.array([1.0, 1.0]))
+        >>> y.tolist(), unwrap(a_cov).tolist(), float(unwrap(p_cov))
+        ([3.0, 6.0], [3.0, 3.0], 3.0)
     """
 
     dom: Space
@@ -200,6 +221,15 @@ class ParaLens(metaclass=_Builds):
     def __repr__(self) -> str:
         return f"{self.name} : {self.dom!r} → {self.cod!r}, params {self.param_repr()}"
 
+    def _repr_svg_(self):
+        """Its string diagram as SVG, for notebooks (None, so the text is shown, without
+        matplotlib)."""
+        try:
+            from .diagrams import svg
+            return svg(self)
+        except ImportError:
+            return None
+
     # -- families and fixing -----------------------------------------------------------------
     def is_fixed(self) -> bool:
         """A lens has fixed spaces; a family (`lenses.families`) does not."""
@@ -270,7 +300,7 @@ class ParaLens(metaclass=_Builds):
         return Parallel(self, other)
 
     def reparam(self, r: Smooth, init: Callable | None = None, name: str | None = None):
-        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); q' = R[r](q, p')."""
+        """The 2-cell along r : Q → P: the lens (Q, f ∘ (1 × r)); `q' = R[r](q, p')`."""
         return self.lift(lambda lens: Reparam(lens, r, init, name))
 
 
@@ -424,12 +454,19 @@ class Layer(ParaLens):
     """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
     `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
-    `node=True` draws it as a dot, as copy, add and discard are drawn."""
+    `node=True` draws it as a dot, as copy, add and discard are drawn (they say which:
+    `node="copy"`, `"add"`, `"discard"`, so that a drawing may use its own copy boxes).
+
+    Examples:
+        >>> layer = ParaLens(R(), R(), R(), lambda a, p: p * a, name="scale")
+        >>> type(layer).__name__, layer.param
+        ('Layer', R)
+    """
 
     def __init__(self, dom: Space, cod: Space, param: Space, forward: Callable,
                  backward: Callable | None = None, name: str | None = None,
                  init: Callable | None = None, smooth: bool = True, check: bool = True,
-                 structure: Any = None, node: bool = False):
+                 structure: Any = None, node: bool | str = False):
         for what, space in (("domain", dom), ("codomain", cod), ("parameter object", param)):
             if not isinstance(space, Space):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
@@ -488,7 +525,8 @@ class Layer(ParaLens):
 
     def picture(self):
         if self.node and self.param.size == 0:
-            return picture.Dot(self.name, self.dom, self.cod)
+            return picture.Dot(self.name, self.dom, self.cod,
+                               self.node if isinstance(self.node, str) else "node")
         return picture.Boxed(self.name, self.dom, self.cod, self.param)
 
     def atoms(self):
@@ -499,7 +537,15 @@ class Layer(ParaLens):
 
 class Chain(ParaLens):
     """f_1 ≫ ... ≫ f_n, parameters P_1 × ... × P_n (one slot per component, however bracketed):
-    the composition rule of the theory."""
+    the composition rule of the theory.
+
+    Examples:
+        >>> model = dense(2, 3) >> tanh >> dense(3, 1)
+        >>> type(model).__name__, len(model.parts)
+        ('Chain', 3)
+        >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(model.init(jax.random.PRNGKey(0)))]
+        [(3, 2), (3,), (1, 3), (1,)]
+    """
 
     def __init__(self, parts):
         self.children = tuple(parts)
@@ -600,7 +646,13 @@ def _nested_sites(children) -> tuple:
 
 
 class Parallel(ParaLens):
-    """f ⊗ g : A × C → B × D with parameters P × Q (the monoidal product, written `f @ g`)."""
+    """f ⊗ g : A × C → B × D with parameters P × Q (the monoidal product, written `f @ g`).
+
+    Examples:
+        >>> both = dense(2, 1) @ dense(3, 1)
+        >>> type(both).__name__, both.dom, both.cod
+        ('Parallel', R^2 × R^3, R^1 × R^1)
+    """
 
     def __init__(self, f: ParaLens, g: ParaLens):
         self.children = (f, g)
@@ -650,7 +702,16 @@ class Parallel(ParaLens):
 # -- reparameterisation (2-cells) --------------------------------------------------------------
 
 class Reparam(ParaLens):
-    """(Q, f ∘ (1_A × r)) for r : Q → P; the parameter covector is pulled back through R[r]."""
+    """(Q, f ∘ (1_A × r)) for r : Q → P; the parameter covector is pulled back through R[r].
+
+    Examples:
+        >>> r = Smooth(R(), R(1, 1), lambda q: jnp.reshape(q, (1, 1)), "w")
+        >>> tied = linear(1, 1).reparam(r)
+        >>> type(tied).__name__, tied.param
+        ('Reparam', R)
+        >>> float(tied(jnp.array([2.0]), jnp.asarray(3.0))[0])
+        6.0
+    """
 
     def __init__(self, lens: ParaLens, r: Smooth, init=None, name=None):
         if r.cod != lens.param:
@@ -710,7 +771,15 @@ class Reparam(ParaLens):
 class Batched:
     """The per-example traversal of `lens` over a leading batch axis of the input: the
     parameter covectors of the examples are **added** (the batch score is a sum of
-    per-example scores)."""
+    per-example scores).
+
+    Examples:
+        >>> b = batched(dense(2, 1))
+        >>> type(b).__name__
+        'Batched'
+        >>> b.forward(jnp.ones((5, 2)), dense(2, 1).init(jax.random.PRNGKey(0))).shape
+        (5, 1)
+    """
 
     def __init__(self, lens: ParaLens):
         self.lens = lens
@@ -758,18 +827,33 @@ class Batched:
     def __repr__(self):
         return f"batched({self.lens!r})"
 
+    _repr_svg_ = ParaLens._repr_svg_
+
 
 def batched(lens):
-    """The batch traversal of `lens` (a family gives the family of its members' traversals)."""
+    """The batch traversal of `lens` (a family gives the family of its members' traversals).
+
+    Examples:
+        >>> model = batched(dense(2, 3) >> tanh)
+        >>> model.forward(jnp.ones((4, 2)), (dense(2, 3).init(jax.random.PRNGKey(0)), None)).shape
+        (4, 3)
+    """
     need_lens(lens, "batched")
     return lens.lift(Batched, name=f"batched({lens.name})")
 
 
 def tie(lens, slots):
-    """Weight tying, `categories.tie` (the reparameterisation along the diagonal: the shared
+    """Weight tying, `categories.para_tie` (the reparameterisation along the diagonal: the shared
     slot receives the sum of the covectors of its uses), for lenses and families of lenses.
     The slots are checked now, also for a family (whose members share one parameter object
-    structure only once fixed: then again)."""
+    structure only once fixed: then again).
+
+    Examples:
+        >>> layer = linear(2, 2)
+        >>> model = tie(layer >> layer, [0, 1])
+        >>> model.param, uses(model)
+        (R^{2×2}, 2)
+    """
     need_lens(lens, "tie")
     if lens.is_fixed():
         from categories.para import check_slots
@@ -778,17 +862,35 @@ def tie(lens, slots):
 
 
 def derived(lens: ParaLens) -> ParaLens:
-    """The same forward part with the backward part derived by JAX (for comparisons)."""
+    """The same forward part with the backward part derived by JAX (for comparisons).
+
+    Examples:
+        >>> model = checkpoint(dense(2, 2) >> tanh)
+        >>> d = derived(model)
+        >>> p, x = model.init(jax.random.PRNGKey(0)), jnp.ones(2)
+        >>> np.allclose(unwrap(model.backward(x, p, jnp.ones(2))[0]), unwrap(d.backward(x, p, jnp.ones(2))[0]))
+        True
+    """
     return Layer(lens.dom, lens.cod, lens.param, lens.forward, name=lens.name, check=False)
 
 
 def uses(lens) -> Any:
-    """How many times each parameter slot of `lens` is used (nested like the point)."""
+    """How many times each parameter slot of `lens` is used (nested like the point).
+
+    Examples:
+        >>> uses(dense(2, 2) >> dense(2, 2)), uses(tie(linear(2, 2) >> linear(2, 2), [0, 1]))
+        ((1, 1), 2)
+    """
     return lens.fixed("uses").uses()
 
 
 def n_params(lens: ParaLens) -> int:
-    """The dimension of the parameter object."""
+    """The dimension of the parameter object.
+
+    Examples:
+        >>> n_params(dense(2, 3) >> tanh >> dense(3, 1))
+        13
+    """
     return lens.param.size
 
 

@@ -27,11 +27,13 @@ class Boxed(Picture):
 
 @dataclass(frozen=True)
 class Dot(Picture):
-    """A node (copy, add, discard): the wires meet at a dot, no box."""
+    """A node (copy, add, discard): the wires meet at a dot, no box. `kind`: "copy", "add",
+    "discard" (the diagonal, the sum, the map to R^0), or "node" (any other)."""
 
     name: str
     dom: Any
     cod: Any
+    kind: str = "node"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Recurrence: a cell (x, h) ↦ h' unrolled over a sequence, one set of parameters for every step.
 
-A cell is a lens R^{n_in} × R^{n_h} → R^{n_h} (`rnn_cell`, `gru_cell`). `unroll(cell)` at
-R^{T×n_in} is the lens R^{T×n_in} → R^{T×n_h}, (x_1..x_T) ↦ (h_1..h_T), h_t = cell(x_t, h_{t−1}),
-h_0 = 0, built as
+A cell is a lens R^{n_in} × H → H for a state space H (`rnn_cell`, `gru_cell`: H = R^{n_h};
+`lstm_cell`: H = R^{2×n_h}, the hidden and the cell state as rows). `unroll(cell)` at R^{T×n_in}
+is the lens R^{T×n_in} → R^{T} × H, (x_1..x_T) ↦ (h_1..h_T), h_t = cell(x_t, h_{t−1}), h_0 = 0,
+built as
 
     start ≫ repeat(step, T) ≫ outputs,  tied along Δ_T : P → P^T.
 
@@ -42,7 +43,15 @@ tree_map = jax.tree_util.tree_map
 
 def rnn_cell(n_in: int, n_hidden: int) -> Layer:
     """(x, h) ↦ tanh(W x + U h + b) : R^{n_in} × R^{n_h} → R^{n_h}, parameters
-    R^{n_h×n_in} × R^{n_h×n_h} × R^{n_h} (Elman)."""
+    R^{n_h×n_in} × R^{n_h×n_h} × R^{n_h} (Elman).
+
+    Examples:
+        >>> cell = rnn_cell(3, 4)
+        >>> cell
+        rnn_cell(3→4) : R^3 × R^4 → R^4, params R^{4×3}×R^{4×4}×R^4
+        >>> cell((jnp.ones(3), jnp.zeros(4)), cell.init(jax.random.PRNGKey(0))).shape
+        (4,)
+    """
     def fwd(xh, p):
         (x, h), (W, U, b) = xh, p
         return jnp.tanh(W @ x + U @ h + b)
@@ -60,7 +69,13 @@ def rnn_cell(n_in: int, n_hidden: int) -> Layer:
 def gru_cell(n_in: int, n_hidden: int) -> Layer:
     """(x, h) ↦ (1 − z) ⊙ n + z ⊙ h : R^{n_in} × R^{n_h} → R^{n_h} with r, z = σ(W_{r,z} x + b +
     U_{r,z} h + c), n = tanh(W_n x + b_n + r ⊙ (U_n h + c_n)); parameters (W, U, b, c) ∈
-    R^{3n_h×n_in} × R^{3n_h×n_h} × R^{3n_h} × R^{3n_h}, gates stacked in the order r, z, n."""
+    R^{3n_h×n_in} × R^{3n_h×n_h} × R^{3n_h} × R^{3n_h}, gates stacked in the order r, z, n.
+
+    Examples:
+        >>> cell = gru_cell(3, 4)
+        >>> [leaf.shape for leaf in cell.init(jax.random.PRNGKey(0))]
+        [(12, 3), (12, 4), (12,), (12,)]
+    """
     m = n_hidden
 
     def fwd(xh, p):
@@ -80,6 +95,32 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
                  fwd, name=f"gru_cell({n_in}→{n_hidden})", init=init)
 
 
+def lstm_cell(n_in: int, n_hidden: int) -> Layer:
+    """(x, (h, c)) ↦ (o ⊙ tanh(c'), c') : R^{n_in} × R^{2×n_h} → R^{2×n_h} with c' = f ⊙ c + i ⊙ g,
+    i, f, o = σ(·), g = tanh(·) of the rows of W x + U h + b; parameters (W, U, b) ∈
+    R^{4n_h×n_in} × R^{4n_h×n_h} × R^{4n_h}, gates stacked in the order i, f, g, o. The state's
+    rows are the hidden state h and the cell state c (one space, so that `unroll` carries both)."""
+    m = n_hidden
+
+    def fwd(xs, p):
+        (x, s), (W, U, b) = xs, p
+        h, c = s[0], s[1]
+        z = W @ x + U @ h + b
+        i, f = jax.nn.sigmoid(z[:m]), jax.nn.sigmoid(z[m:2 * m])
+        g, o = jnp.tanh(z[2 * m:3 * m]), jax.nn.sigmoid(z[3 * m:])
+        c2 = f * c + i * g
+        return jnp.stack([o * jnp.tanh(c2), c2])
+
+    def init(k):
+        k1, k2 = jax.random.split(k)
+        # the forget gate's bias starts at 1: the cell state is kept, not forgotten, at first
+        b = jnp.zeros((4 * m,)).at[m:2 * m].set(1.0)
+        return _normal(k1, (4 * m, n_in), n_in), _normal(k2, (4 * m, m), m), b
+
+    return Layer(R(n_in) * R(2, m), R(2, m), Product(R(4 * m, n_in), R(4 * m, m), R(4 * m)),
+                 fwd, name=f"lstm_cell({n_in}→{n_hidden})", init=init)
+
+
 # -- the shift register ----------------------------------------------------------------------------
 
 CELL_PATH = (2, 0)  # where the cell's slot sits in the step's parameter point
@@ -88,7 +129,13 @@ CELL_PATH = (2, 0)  # where the cell's slot sits in the step's parameter point
 def shift_step(cell, T: int):
     """One step of the unrolled recurrence, an endomorphism of (R^{T×n_in} × R^{n_h}) × R^{T×n_h}:
     copy the inputs ≫ (x_t, h) to the cell, inputs rotated ≫ cell ⊗ id ≫ copy h' ⊗ id ≫ shift
-    h' into the outputs. Parameters those of the cell (at `CELL_PATH`)."""
+    h' into the outputs. Parameters those of the cell (at `CELL_PATH`).
+
+    Examples:
+        >>> step = shift_step(rnn_cell(3, 4), T=5)
+        >>> step.dom == step.cod, step.dom
+        (True, (R^{5×3} × R^4) × R^{5×4})
+    """
     (X1, H) = cell.dom.factors
     n_in = X1.shape[0]
     X, Hs = R(T, n_in), R(T, *H.shape)
@@ -112,7 +159,13 @@ def shift_step(cell, T: int):
 
 class Tied(Reparam):
     """(start ≫ repeat(step, T) ≫ outputs) reparameterised along Δ_T : P → P^T: every step uses
-    the one point of P, and the slot receives the sum of the T steps' covectors."""
+    the one point of P, and the slot receives the sum of the T steps' covectors.
+
+    Examples:
+        >>> rnn = unroll(rnn_cell(3, 4)).at(R(5, 3))
+        >>> type(rnn).__name__, rnn.param == rnn_cell(3, 4).param
+        ('Tied', True)
+    """
 
     def __init__(self, lens, r, T: int, cell, name=None):
         super().__init__(lens, r, init=cell.init, name=name)
@@ -127,14 +180,14 @@ class Tied(Reparam):
 
 def _unroll_at(cell, A: Space):
     (X1, H) = cell.dom.factors
-    n_in, n_h = X1.shape[0], H.shape[0]
+    n_in = X1.shape[0]
     if len(A.shape) != 2 or A.shape[1] != n_in:
         raise TypeError(f"unroll({cell.name}) needs sequences R^{{T×{n_in}}}, got {A!r}")
     T = A.shape[0]
-    X, Hs = R(T, n_in), R(T, n_h)
+    X, Hs = R(T, n_in), R(T, *H.shape)
 
     def start(xs, p):
-        return (xs, jnp.zeros((n_h,), xs.dtype)), jnp.zeros((T, n_h), xs.dtype)
+        return (xs, jnp.zeros(H.shape, xs.dtype)), jnp.zeros((T, *H.shape), xs.dtype)
 
     step = shift_step(cell, T)
     chain = (Layer(X, (X * H) * Hs, R(0), start, name="h₀ = 0", node=True)
@@ -152,11 +205,17 @@ def _unroll_at(cell, A: Space):
 
 
 def unroll(cell) -> LensFamily:
-    """The family R^{T×n_in} ↦ (R^{T×n_in} → R^{T×n_h}, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
-    h_0 = 0), parameters those of the cell, tied over the T steps (one `lax.scan`)."""
+    """The family R^{T×n_in} ↦ (R^{T×n_in} → R^T × H, (x_t) ↦ (h_t), h_t = cell(x_t, h_{t−1}),
+    h_0 = 0), parameters those of the cell, tied over the T steps (one `lax.scan`).
+
+    Examples:
+        >>> rnn = unroll(rnn_cell(3, 4)).at(R(5, 3))
+        >>> rnn
+        unroll(rnn_cell(3→4), T=5) : R^{5×3} → R^{5×4}, params R^{4×3}×R^{4×4}×R^4
+    """
     if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
         raise TypeError(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
 
-__all__ = ["rnn_cell", "gru_cell", "unroll", "shift_step", "Tied"]
+__all__ = ["rnn_cell", "gru_cell", "lstm_cell", "unroll", "shift_step", "Tied"]

@@ -14,18 +14,40 @@ from .para_lens import Layer, uses
 
 
 def copy(A: Space) -> Layer:
-    """Δ_A : A → A × A, no parameters (R^0); backward: (a'₁, a'₂) ↦ a'₁ + a'₂."""
-    return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node=True)
+    """Δ_A : A → A × A, no parameters (R^0); backward: (a'₁, a'₂) ↦ a'₁ + a'₂.
+
+    Examples:
+        >>> c = copy(R(2))
+        >>> c(jnp.array([1.0, 2.0]), None)[1].tolist()
+        [1.0, 2.0]
+        >>> [float(v) for v in unwrap(c.backward(jnp.array([1.0, 2.0]), None, (jnp.ones(2), 2 * jnp.ones(2)))[0])]
+        [3.0, 3.0]
+    """
+    return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node="copy")
 
 
 def discard(A: Space) -> Layer:
-    """!_A : A → R^0, no parameters; backward: the zero covector on A."""
-    return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node=True)
+    """!_A : A → R^0, no parameters; backward: the zero covector on A.
+
+    Examples:
+        >>> d = discard(R(2))
+        >>> d(jnp.array([1.0, 2.0]), None), unwrap(d.backward(jnp.array([1.0, 2.0]), None, None)[0]).tolist()
+        (None, [0.0, 0.0])
+    """
+    return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node="discard")
 
 
 def add(A: Space) -> Layer:
-    """+ : A × A → A, no parameters; backward: a' ↦ (a', a')."""
-    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node=True)
+    """+ : A × A → A, no parameters; backward: a' ↦ (a', a').
+
+    Examples:
+        >>> s = add(R(2))
+        >>> s((jnp.ones(2), jnp.ones(2)), None).tolist()
+        [2.0, 2.0]
+        >>> [v.tolist() for v in unwrap(s.backward((jnp.ones(2), jnp.ones(2)), None, jnp.array([1.0, 2.0]))[0])]
+        [[1.0, 2.0], [1.0, 2.0]]
+    """
+    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node="add")
 
 
 __all__ = ["copy", "discard", "add", "uses"]

@@ -13,7 +13,7 @@ from jax import lax
 
 import categories
 import lenses
-from lenses import LossFamily, Metric, ParaLens, TrainStep
+from lenses import LossFamily, Metric, ParaLens, TrainState, TrainStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -23,12 +23,13 @@ NAME = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
 
 
 # where a name may live: the packages, their modules (internals the map names), the protocol,
-# and the libraries the map refers to; "lens." and "step." stand for instances
-MODULES = [importlib.import_module(f"{pkg.__name__}.{m.name}")
-           for pkg in (lenses, categories) for m in pkgutil.walk_packages(pkg.__path__)
-           if m.name not in ("strategies",)]
+# and the libraries the map refers to; "lens.", "step." and "state." stand for instances
+MODULES = [importlib.import_module(m.name)
+           for pkg in (lenses, categories)
+           for m in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + ".")
+           if not m.name.endswith(".strategies")]
 SCOPE = {"lenses": lenses, "categories": categories, "jax": jax, "lax": lax, "lens": ParaLens,
-         "step": TrainStep}
+         "step": TrainStep, "state": TrainState}
 
 
 def _resolve(dotted: str):
@@ -75,3 +76,22 @@ def test_every_name_the_map_mentions_exists():
 
 def test_the_readme_links_the_map():
     assert "ARCHITECTURE.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_training_engine_reads_as_small_parts():
+    """lenses/training/: no function over 60 lines, no class over 300 (docstrings included),
+    and nothing outside the module that owns `TrainStep` and `TrainState` reaches into their
+    private fields (`step._core`, `state._...`) but the engine's own modules."""
+    import ast
+
+    engine = ROOT / "lenses" / "training"
+    for path in engine.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                length = node.end_lineno - node.lineno + 1
+                limit = 300 if isinstance(node, ast.ClassDef) else 60
+                assert length <= limit, f"{path.name}: {node.name} has {length} lines"
+    for path in [*ROOT.glob("lenses/*.py"), *ROOT.glob("examples/*.py"), *ROOT.glob("bench/*.py")]:
+        text = path.read_text()
+        assert "._core" not in text and "._hyper" not in text, path

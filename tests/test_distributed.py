@@ -20,6 +20,30 @@ from lenses import epoch_order, gd, half_squared_error, momentum, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Runs of each kind of fault, met in row 9 (process 1's row 1) or in process 1's rows: the
+# same source defines them in the workers and here, where the oracle runs them.
+FAULT_CASES = r'''
+def fault_cases(X, Y):
+    import jax.numpy as jnp
+    from categories import Positive, R
+    from lenses import ParaLens, dense, gd, half_squared_error, softmax_cross_entropy, tanh
+    mlp = dense(3, 8) >> tanh >> dense(8, 2)
+    clf = dense(3, 8) >> tanh >> dense(8, 3)
+    scale = ParaLens(R(3), R(1), Positive(1), lambda x, s: s * x[:1], name="scale",
+                     init=lambda k: jnp.ones((1,)))
+    p0, pc = mlp.init(jax.random.PRNGKey(0)), clf.init(jax.random.PRNGKey(0))
+    nan_x = X.copy(); nan_x[9, 0] = np.nan
+    huge_y = Y.copy(); huge_y[8:] *= 1e12
+    labels = np.zeros(16, np.int32); labels[9] = 7
+    away = np.full((16, 1), 0.9); away[9] = -30.0
+    ones = np.ones((16, 3))
+    return {"covector": (mlp, half_squared_error, gd(0.1), p0, nan_x, Y),
+            "new_point": (mlp, half_squared_error, gd(1e298), p0, X, huge_y),
+            "target": (clf, softmax_cross_entropy(classes=3), gd(0.1), pc, X, labels),
+            "outside": (scale, half_squared_error, gd(0.5), jnp.ones(1), ones, away)}
+'''
+exec(FAULT_CASES)
+
 SCRIPT = r'''
 import json, sys
 pid, port = int(sys.argv[1]), int(sys.argv[2])
@@ -31,6 +55,7 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
 import numpy as np
 from jax.sharding import Mesh
 from lenses import dense, fit, gd, half_squared_error, momentum, tanh, train_step
+FAULT_CASES
 
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 model = dense(3, 8) >> tanh >> dense(8, 2)
@@ -46,10 +71,18 @@ for _ in range(5):
 report.check()
 fitted, history = fit(model, half_squared_error, gd(0.1), p0, (X[mine], Y[mine]), epochs=2,
                       batch_size=8, key=3, mesh=mesh)
+faults = {}
+for name, (m, family, opt, p, Xc, Yc) in fault_cases(X, Y).items():
+    try:  # each fault is met in process 1's rows: both processes must stop at its step
+        fit(m, family, opt, p, (Xc[mine], Yc[mine]), epochs=2, batch_size=8, key=3, mesh=mesh)
+        faults[name] = None
+    except Exception as e:
+        faults[name] = [type(e).__name__, int(e.kind), e.step, int(e.state.count)]
 local = lambda t: [np.asarray(a.addressable_data(0)).tolist() for a in jax.tree_util.tree_leaves(t)]
 print("RESULT" + json.dumps({"processes": jax.process_count(), "step": local(state.params),
                              "fit": local(fitted.params), "count": int(fitted.count),
-                             "history": [h["loss"] for h in history]}), flush=True)
+                             "history": [h["loss"] for h in history], "faults": faults}),
+      flush=True)
 '''
 
 
@@ -61,7 +94,7 @@ def _free_port() -> int:
 
 def run_two_processes(tmp_path, timeout=180):
     script = tmp_path / "worker.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT.replace("FAULT_CASES", FAULT_CASES))
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                XLA_FLAGS="", JAX_PLATFORMS="cpu")
@@ -105,6 +138,23 @@ def test_two_processes_train_as_one(tmp_path):
             epoch_losses.append(float(report.loss))
         losses.append(float(np.mean(epoch_losses)))
 
+    # the runs that fault: the checked step over the same global batches, until its fault
+    faults = {}
+    for name, (m, family, opt, p, Xc, Yc) in fault_cases(X, Y).items():
+        step, error = train_step(m, family, opt), None
+        state = step.init(p)
+        for epoch in (1, 2):
+            for idx in np.asarray(epoch_order(3, epoch, 8, 4)):
+                rows = np.concatenate([idx, 8 + idx])
+                state, _ = step(state, Xc[rows], Yc[rows])
+        try:
+            state.check()
+        except Exception as e:  # noqa: BLE001 - the oracle's error, to compare
+            error = e
+        assert error is not None, name
+        faults[name] = [type(error).__name__, int(error.kind), error.step, int(error.state.count)]
+    assert {f[1] for f in faults.values()} == {1, 2, 3, 4}  # every kind of fault
+
     results = run_two_processes(tmp_path)
     for r in results:
         assert r["processes"] == 2
@@ -113,6 +163,7 @@ def test_two_processes_train_as_one(tmp_path):
         for got, want in zip(r["fit"], jax.tree_util.tree_leaves(fitted.params)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
         assert r["count"] == 4
+        assert r["faults"] == faults  # every process raises each fault, at the same step
         np.testing.assert_allclose(r["history"], losses, rtol=1e-12)
     moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                 for a, b in zip(results[0]["step"], jax.tree_util.tree_leaves(p0)))

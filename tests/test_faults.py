@@ -12,7 +12,7 @@ import pytest
 
 from categories import Covector, DomainError, Positive, R
 from lenses import (NonFiniteError, ParaLens, adam, dense, gd, half_squared_error, momentum,
-                    tanh, train_step, update)
+                    tanh, train_step)
 
 
 def scale_layer():
@@ -147,11 +147,11 @@ def test_none_is_fine_for_parameterless_slots():
 
 
 def test_eager_update_refuses_the_same_faults():
-    u = update(lr=3.0)
+    u = gd(3.0)
     cov = Covector(jnp.ones((1,)), Positive(1))
     with pytest.raises(DomainError, match="Positive"):
         u(jnp.ones((1,)), cov)
-    back = update(lr=3.0, on_domain_error="backtrack")
+    back = gd(3.0, on_domain_error="backtrack")
     assert float(back(jnp.ones((1,)), cov)[0]) == pytest.approx(0.25)
     with pytest.raises(NonFiniteError):
         u(jnp.ones((1,)), Covector(jnp.asarray([np.inf]), Positive(1)))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from categories import D, Linear, R, Smooth, identity_linear, laws, reverse_derivative
+from categories import D, Linear, R, Smooth, linear_identity, laws, reverse_derivative
 from categories import strategies as cs
 
 
@@ -301,4 +301,4 @@ def test_reverse_derivative_axioms_with_the_terminal_object():
     laws.check_D_composition(to_z, from_z, x, v)
     laws.check_D_composition(to_z, from_z, x)
     laws.check_dual_identity(Z, None)
-    laws.check_dual_pairing(identity_linear(V), c, v)
+    laws.check_dual_pairing(linear_identity(V), c, v)

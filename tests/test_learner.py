@@ -149,7 +149,7 @@ def test_fit_drops_the_remainder_and_records_history(capsys):
                     progress=True)
     assert int(state2.count) == int(state.count) + 2
     err = capsys.readouterr().err
-    assert "\r" in err and "epoch 4/4" in err and "steps/s" in err  # the run's fourth epoch
+    assert "\r" in err and "epoch 4/4" in err and "step/s" in err  # the run's fourth epoch
 
 
 def test_fit_shuffles_reproducibly():

@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from categories import Covector, R, Vector
 from lenses import (KFAC, Constant, Context, Diagonal, Euclidean, Fisher, GaussNewton, bias,
-                    conv2d, dense, flatten, half_squared_error, ravel, softmax_cross_entropy,
-                    tanh, unflatten_like)
+                    conv2d, dense, flatten, half_squared_error, softmax_cross_entropy, tanh)
+from lenses.metrics import ravel, unflatten_like
 
 jax.config.update("jax_enable_x64", True)
 

@@ -16,12 +16,12 @@ import pytest
 from categories import Covector, R, Smooth, Vector
 from categories.linear import unwrap
 from lenses import (Constant, Context, Diagonal, Euclidean, Metric, adagrad, adam, dense,
-                    from_optax, gd, half_squared_error, momentum, nesterov, sharp_transform, tanh,
-                    train_step, update)
+                    from_optax, gd, half_squared_error, momentum, nesterov, tanh, train_step)
 from lenses.metrics import ravel, unflatten_like
-from lenses.optimisers import (AdamState, EmptyState, MomentumState, Optimiser, Update, chain,
+from lenses.optimisers import (AdamState, EmptyState, MomentumState, Optimiser, chain,
                                scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                                scale_by_momentum, sharp)
+from lenses.optimisers.lens import Update
 
 LR, BETA, STEPS = 0.05, 0.9, 20
 
@@ -104,7 +104,7 @@ PAIRS = {
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_optimisers_follow_optax_with_any_metric(name):
     """20 steps, 1e-8. Euclidean: = the optax optimiser. With a metric: sharpen first, then the
-    rule = optax.chain(sharp_transform(metric), the optax optimiser).
+    rule = optax.chain(sharp(metric), the optax optimiser).
 
     Nesterov's lens keeps θ and evaluates at the lookahead φ = θ − ηβm (its forward part);
     optax writes the same method in the variable φ (the standard change of variables), so
@@ -114,7 +114,7 @@ def test_optimisers_follow_optax_with_any_metric(name):
     metric = Constant(G_SPD)
     make, tx = PAIRS[name]
     ours_e, theirs_e, ours_m, theirs_m = trajectories(
-        ours(make()), theirs(tx), ours(make(metric)), theirs(optax.chain(sharp_transform(metric), tx)))
+        ours(make()), theirs(tx), ours(make(metric)), theirs(optax.chain(sharp(metric), tx)))
     assert_tree_close(ours_e, theirs_e)
     assert_tree_close(ours_m, theirs_m)
     # they moved, and the metric changed the path: no comparison of resting points
@@ -129,11 +129,11 @@ def test_gd_with_diagonal_metric_by_hand():
     assert_tree_close(p1, jax.tree_util.tree_map(lambda p, gi, wi: p - LR * gi / wi, P0, g, w), 1e-14)
 
 
-def test_sharp_transform_and_from_optax_with_a_metric_equal_gd_with_the_metric():
+def test_sharp_and_from_optax_with_a_metric_equal_gd_with_the_metric():
     w = jax.tree_util.tree_map(lambda a: 0.3 + a ** 2, P0)
     ref, chained, wrapped = trajectories(
         ours(gd(LR, metric=Diagonal(w))),
-        theirs(optax.chain(sharp_transform(Diagonal(w)), optax.sgd(LR))),
+        theirs(optax.chain(sharp(Diagonal(w)), optax.sgd(LR))),
         ours(from_optax(optax.sgd(LR), metric=Diagonal(w))))
     assert_tree_close(ref, chained, 1e-12)
     assert_tree_close(ref, wrapped, 1e-12)
@@ -174,7 +174,7 @@ def test_constant_metric_gd_is_gd_in_the_coordinates_G_half_p():
 
 def test_update_subtracts_the_sharpened_covector():
     g = grad(P0)
-    u = update(lr=0.1)
+    u = gd(0.1)
     assert_tree_close(u(P0, covector(P0)), jax.tree_util.tree_map(lambda p, gi: p - 0.1 * gi, P0, g),
                       1e-15)
     with pytest.raises(TypeError, match="sharp"):
@@ -182,7 +182,7 @@ def test_update_subtracts_the_sharpened_covector():
 
 
 def test_reparameterised_model_at_old_point_is_model_at_new_point():
-    u = update(Diagonal(2.0), lr=0.3)
+    u = gd(0.3, metric=Diagonal(2.0))
     new_model, p_new = u.reparameterise(MODEL, P0, covector(P0))
     g = grad(P0)
     assert_tree_close(p_new, jax.tree_util.tree_map(lambda p, gi: p - 0.3 * gi / 2.0, P0, g), 1e-14)
@@ -220,7 +220,7 @@ def test_unknown_domain_policy_is_refused():
 
 def test_a_scalar_parameter_object():
     """u on P = R: p − η p'·(1/w) for the diagonal metric with weight w."""
-    u = update(Diagonal(4.0), lr=0.5)
+    u = gd(0.5, metric=Diagonal(4.0))
     p_new = u(jnp.asarray(1.0), Covector(jnp.asarray(2.0), R()))
     assert float(p_new) == pytest.approx(1.0 - 0.5 * 2.0 / 4.0, abs=1e-15)
 
@@ -232,9 +232,9 @@ class PerExample(Metric):
         return Vector(jax.tree_util.tree_map(lambda a: a / ctx.x.shape[0], unwrap(cov)))
 
 
-def test_sharp_transform_passes_the_context():
+def test_sharp_passes_the_context():
     ctx = Context(MODEL, None, X, Y)
-    tx = optax.chain(sharp_transform(PerExample()), optax.sgd(LR))
+    tx = optax.chain(sharp(PerExample()), optax.sgd(LR))
     g = grad(P0)
     u, _ = tx.update(g, tx.init(P0), P0, ctx=ctx)
     expected = jax.tree_util.tree_map(lambda gi: -LR * gi / X.shape[0], g)
@@ -254,7 +254,6 @@ def assert_bits_equal(a, b):
 
 SHORT_HANDS = {
     "gd": (lambda m: gd(LR, metric=m), lambda m: chain(sharp(m), scale_by_learning_rate(LR))),
-    "update": (lambda m: update(m, lr=LR), lambda m: chain(sharp(m), scale_by_learning_rate(LR))),
     "momentum": (lambda m: momentum(LR, BETA, metric=m),
                  lambda m: chain(sharp(m), scale_by_momentum(BETA), scale_by_learning_rate(LR))),
     "nesterov": (lambda m: nesterov(LR, BETA, metric=m),
@@ -301,7 +300,7 @@ def test_optax_parts_stand_in_for_the_library_parts(name):
     differently in optax); and both follow optax's optimiser after sharpening."""
     mixed, short, tol, tx = STAND_INS[name]
     a, b, oracle = trajectories(ours(mixed), ours(short),
-                                theirs(optax.chain(sharp_transform(M), tx)))
+                                theirs(optax.chain(sharp(M), tx)))
     if tol == 0:
         assert_bits_equal(a, b)
     else:
@@ -403,11 +402,10 @@ def test_a_learning_rate_schedule_is_a_stateful_part():
     assert_tree_close(a, b, 1e-14)
 
 
-def test_gd_and_update_build_the_same_map():
+def test_every_spelling_of_gd_builds_the_same_map():
     w = Diagonal(2.0)
     expected = jax.tree_util.tree_map(lambda p, gi: p - 0.1 * gi / 2.0, P0, grad(P0))
-    for u in [gd(0.1, w), gd(0.1, metric=w), gd(lr=0.1, metric=w), update(w, 0.1),
-              update(w, lr=0.1), update(metric=w, lr=0.1)]:
+    for u in [gd(0.1, w), gd(0.1, metric=w), gd(lr=0.1, metric=w)]:
         assert type(u) is Update
         assert u.init(P0) == EmptyState()
         assert_tree_close(u(P0, covector(P0)), expected, 1e-15)
@@ -420,7 +418,7 @@ def test_gd_and_update_build_the_same_map():
     (lambda: gd(float("nan")), r"learning rate lr must be finite"),
     (lambda: gd(float("inf")), r"learning rate lr must be finite"),
     (lambda: gd("0.1"), r"lr must be a finite number > 0"),
-    (lambda: update(Euclidean(), lr=0.0), r"learning rate lr"),
+    (lambda: gd(lr=0.0, metric=Euclidean()), r"learning rate lr"),
     (lambda: adam(-1e-3), r"learning rate lr"),
     (lambda: scale_by_learning_rate(0), r"learning rate lr"),
     (lambda: momentum(0.1, beta=1.0), r"beta must be in \[0, 1\), got 1\.0"),
@@ -450,7 +448,7 @@ def test_hyperparameters_are_checked_at_construction(build, message):
     (lambda: chain(), r"at least its first part"),
     (lambda: sharp(object()), r"sharp needs an inner product"),
     (lambda: gd(lambda count: 0.1), r"fixed learning rate"),
-    (lambda: update(0.1, Euclidean()), r"sharp needs an inner product"),  # arguments swapped
+    (lambda: gd(0.1, 0.2), r"sharp needs an inner product"),  # a number where the metric goes
 ])
 def test_what_is_not_an_optimiser_part_is_refused(build, message):
     with pytest.raises(TypeError, match=message):

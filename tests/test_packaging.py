@@ -42,3 +42,21 @@ def test_laws_and_strategies_are_submodules_and_hypothesis_stays_optional():
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_equinox_flax_discopy_and_matplotlib_stay_optional():
+    # imported inside the functions that use them, never when the packages are imported;
+    # and each is in an extra of its own and in the test extra (CI installs only `.[test]`)
+    import ast
+
+    optional = {"equinox", "flax", "discopy", "matplotlib"}
+    for path in sorted((ROOT / "lenses").rglob("*.py")) + sorted((ROOT / "categories").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:  # the module's top level only
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] not in optional, f"{path.name} imports {name} at load"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, package in (("equinox", "equinox"), ("flax", "flax"), ("diagrams", "discopy")):
+        assert any(r.startswith(package) for r in extras[extra]), extra
+        assert any(r.startswith(package) for r in extras["test"]), package

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from categories import (OpenBox, Para, Positive, Product, R, Smooth, identity, laws, para_identity,
-                        para_of, tie, tying_map)
+from categories import (OpenBox, Para, Positive, Product, R, Smooth, laws, para_identity,
+                        para_of, para_tie, smooth_identity, tying_map)
 from categories import strategies as cs
 
 
@@ -94,7 +94,7 @@ def test_para_laws_with_parameterless_layers():
     laws.check_para_composition(DENSE, SIN, a, w, None)
     laws.check_para_composition(para_identity(V), DENSE, a, None, w)
     laws.check_para_associativity(DENSE, SIN, SCALE, a, w, None, s)
-    laws.check_para_associativity(para_identity(V), para_of(identity(V)), DENSE, a, None, None, w)
+    laws.check_para_associativity(para_identity(V), para_of(smooth_identity(V)), DENSE, a, None, None, w)
     laws.check_para_units(DENSE, a, w)
     laws.check_para_units(SIN, a[:2], None)
     laws.check_para_units(DENSE >> SIN >> SCALE, a, (w, None, s))
@@ -105,11 +105,11 @@ def test_para_laws_with_parameterless_layers():
                             a, w[0])
     # a reparameterisation from R^0 fixes the parameters: a constant map
     fixed = Smooth(Z, SCALE.param, lambda _: jnp.asarray(2.0), "2")
-    laws.check_reparam_composition(SCALE, fixed, identity(Z), a[:2], None)
+    laws.check_reparam_composition(SCALE, fixed, smooth_identity(Z), a[:2], None)
 
 
 def test_tying_the_two_uses_of_one_layer():
-    tied = tie(SCALE >> SCALE, [0, 1])
+    tied = para_tie(SCALE >> SCALE, [0, 1])
     laws.assert_close(tied(a[:2], s), s * s * a[:2])
     assert tying_map((SCALE >> SCALE).param, [0, 1]).dom in (SCALE.param, Product(SCALE.param))
 

@@ -173,3 +173,21 @@ def test_resume_from_a_missing_file_starts_the_run_and_a_foreign_run_is_refused(
     with pytest.raises(CheckpointMismatch, match="batches of 4, not 40 in batches of 2"):
         fit(MODEL, half_squared_error, adam(0.02), P0, (X40, Y40), epochs=3, batch_size=2,
             resume_from=str(tmp_path / "c"))
+
+
+def test_save_refuses_a_point_outside_the_parameter_object_which_load_would_refuse(tmp_path):
+    """Decided: a state with NaN parameters is refused at `save` (the file `load` would refuse
+    is never written), naming the slot; the state before it saves as usual."""
+    from categories import DomainError
+    from lenses import dense, gd, half_squared_error, save, tanh, train_step
+
+    model = dense(2, 2) >> tanh >> dense(2, 1)
+    step = train_step(model, half_squared_error, gd(0.1))
+    state = step.init(model.init(jax.random.PRNGKey(0)))
+    W, b = state.params[2]
+    broken = state._replace(params=(state.params[0], None, (W.at[0, 1].set(np.nan), b)))
+    with pytest.raises(DomainError, match="the parameters to save"):
+        save(str(tmp_path / "nan.st"), broken, model, gd(0.1))
+    assert not os.listdir(tmp_path)
+    save(str(tmp_path / "ok.st"), state, model, gd(0.1))
+    assert os.listdir(tmp_path) == ["ok.st"]

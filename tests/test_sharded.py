@@ -51,7 +51,7 @@ out["diffs"], out["moved"] = diffs, moved
 
 step = train_step(model, half_squared_error, gd(0.1), mesh=mesh)
 state = step.init(p0)
-hlo = step._compiled.lower(state, X, Y).as_text()  # the psum over the batch axis
+hlo = jax.jit(step.step_fn).lower(state, X, Y).as_text()  # the psum over the batch axis
 out["all_reduce"] = "all_reduce" in hlo
 try:
     step(state, X[:6], Y[:6])
@@ -62,6 +62,35 @@ except ValueError as e:
 state, history = fit(model, half_squared_error, adam(0.05), p0, (X, Y), epochs=2, batch_size=8,
                      key=0, mesh=mesh)
 out["fit_steps"] = int(state.count)
+try:
+    fit(model, half_squared_error, gd(0.1), p0, (X, Y), epochs=1, batch_size=6, key=0, mesh=mesh)
+    out["fit_uneven"] = "accepted"
+except ValueError as e:
+    out["fit_uneven"] = str(e)
+try:  # a diverging rate over the mesh raises as it does without one
+    fit(model, half_squared_error, gd(1e300), p0, (X, Y), epochs=2, batch_size=8, key=0, mesh=mesh)
+    out["diverged"] = "returned"
+except FloatingPointError as e:
+    out["diverged"] = [type(e).__name__, e.step, int(e.state.count)]
+from lenses import softmax_cross_entropy
+clf = dense(3, 8) >> tanh >> dense(8, 3)
+labels = np.zeros(16, np.int32)
+labels[9] = 7  # a label out of range on the second device's rows of step 2
+try:  # found by the chunk's own verdict on its targets (a NaN does not survive every all-reduce)
+    run_step = train_step(clf, softmax_cross_entropy(classes=3), gd(0.1), mesh=mesh)
+    run_step.run(run_step.init(clf.init(jax.random.PRNGKey(0))), np.stack([X[:8], X[8:]]),
+                 np.stack([labels[:8], labels[8:]]))
+    out["bad_label"] = "accepted"
+except ValueError as e:
+    out["bad_label"] = [type(e).__name__, e.step, e.slot]
+step = train_step(model, half_squared_error, gd(0.1), mesh=mesh)
+s, r = step.run(step.init(p0), np.stack([X[:8], X[8:]]), np.stack([Y[:8], Y[8:]]))
+one = train_step(model, half_squared_error, gd(0.1), mesh=mesh)
+t = one.init(p0)
+for i in (0, 8):
+    t, _ = one(t, X[i:i + 8], Y[i:i + 8])
+out["run_is_calls"] = all(np.array_equal(a, b) for a, b in zip(
+    jax.tree_util.tree_leaves(s), jax.tree_util.tree_leaves(t)))
 print("RESULT" + json.dumps(out))
 '''
 
@@ -87,3 +116,7 @@ def test_sharded_step_equals_single_device_step():
         assert out["moved"][key] > 1e-3, key  # the parameters did move
     assert "cannot be split evenly" in out["uneven"]
     assert out["fit_steps"] == 4  # fit runs on the mesh too
+    assert "cannot be split evenly" in out["fit_uneven"]  # refused by fit as by the step
+    assert out["diverged"][0] == "NonFiniteError" and out["diverged"][2] == out["diverged"][1] - 1
+    assert out["bad_label"] == ["TargetError", 2, 1]
+    assert out["run_is_calls"]  # many steps in one dispatch over the mesh: the calls' bits

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from categories import OpenBox, Positive, Product, R, Smooth, discard, identity, laws, pair
+from categories import OpenBox, Positive, Product, R, Smooth, laws, pair, smooth_discard, smooth_identity
 from categories import strategies as cs
 
 
@@ -76,7 +76,7 @@ def test_discard(data):
     A, B = draw_spaces(data, 2)
     x = data.draw(cs.points(A), "x")
     g = data.draw(cs.smooth_maps(A, B, depth=1), "g")
-    laws.check_discard(g >> discard(B), x)  # g ≫ !_B = !_A: R^0 is terminal
+    laws.check_discard(g >> smooth_discard(B), x)  # g ≫ !_B = !_A: R^0 is terminal
     laws.check_discard(data.draw(cs.smooth_maps(A, R(0), depth=1), "f : A → R^0"), x)
 
 
@@ -103,12 +103,12 @@ def test_laws_on_the_terminal_object():
     laws.check_identity_laws(FROM_Z, None)
     laws.check_composition(FROM_Z, SQUARE, None)
     laws.check_associativity(TO_Z, FROM_Z, TO_Z, x3)
-    laws.check_diagonal(identity(Z), None)
+    laws.check_diagonal(smooth_identity(Z), None)
     laws.check_diagonal(FROM_Z, None)
     laws.check_product_map(FROM_Z, TO_Z, None, x3)
-    laws.check_discard(discard(Z), None)
+    laws.check_discard(smooth_discard(Z), None)
     laws.check_discard(TO_Z, x3)
-    laws.check_discard(SQUARE >> TO_M >> discard(M), x3)
+    laws.check_discard(SQUARE >> TO_M >> smooth_discard(M), x3)
 
 
 # -- wrong constructions are reported ----------------------------------------------------------

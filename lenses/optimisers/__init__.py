@@ -16,24 +16,22 @@ transformation), then the learning rate, v ↦ −η v; the point moves to p + (
     from_optax(tx, m)   ≡  chain(sharp(m), tx)
 
 Modules: `parts` (the part protocol, the library's parts, their states), `lens` (the optimiser
-lens `Optimiser`, `chain`, the update map `Update`), `shorthands` (gd, update, momentum,
-nesterov, adagrad, adam, from_optax), `faults` (refused steps and backtracking).
+lens `Optimiser`, `chain`, and `Update`, the class of the update map that `gd` returns),
+`shorthands` (gd, momentum, nesterov, adagrad, adam, from_optax), `faults` (refused steps and
+backtracking).
 
 States are pytrees (NamedTuples) with parameter-shaped leaves and None at R^0 slots.
 """
 
 from .faults import (NonFiniteError, check_params, find_missing, finite_flags, raise_non_finite,
                      raise_outside, slot_names)
-from .lens import Optimiser, Update, chain
+from .lens import Optimiser, chain
 from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sharp, is_part,
                     scale_by_adagrad, scale_by_adam, scale_by_learning_rate, scale_by_momentum,
                     sharp)
-from .shorthands import adagrad, adam, from_optax, gd, momentum, nesterov, update
+from .shorthands import adagrad, adam, from_optax, gd, momentum, nesterov
 
-#: The sharp map as an optax transformation (extra argument `ctx`): the same part as `sharp`.
-sharp_transform = sharp
-
-__all__ = ["Optimiser", "Update", "chain", "update", "gd", "momentum", "nesterov", "adagrad",
-           "adam", "from_optax", "Part", "Sharp", "sharp", "sharp_transform",
+__all__ = ["Optimiser", "chain", "gd", "momentum", "nesterov", "adagrad",
+           "adam", "from_optax", "Part", "Sharp", "sharp",
            "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
            "NonFiniteError", "EmptyState", "MomentumState", "AdagradState", "AdamState"]

@@ -35,7 +35,8 @@ from categories.spaces import euclidean
 from ..metrics import translate
 from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
                      raise_outside)
-from .parts import EmptyState, Sharp, check_learning_rate, is_part, scale_by_learning_rate, sharp
+from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, is_part,
+                    scale_by_learning_rate, sharp)
 
 tree_map = jax.tree_util.tree_map
 
@@ -81,6 +82,21 @@ class Optimiser:
 
     The state holds the states of the parts that hold anything (see the module docstring);
     the lookahead with `lookahead=True` calls the parts after sharp without `ctx`.
+
+    Optimisers are equal by value: the same parts with the same numbers (`key` leaves the
+    numbers out: optimisers with equal keys share a compiled training step).
+
+    Examples:
+        Adam's first step moves each coordinate by the learning rate against the sign of
+        its covector:
+
+        >>> opt = adam(0.1)
+        >>> p = jnp.zeros(2)
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([3.0, -0.5])))
+        >>> p.round(4).tolist()
+        [-0.1, 0.1]
+        >>> adam(0.1) == adam(0.1), adam(0.1) == adam(0.2), adam(0.1).key() == adam(0.2).key()
+        (True, False, True)
     """
 
     def __init__(self, parts: Sequence, lookahead: bool | Callable = False,
@@ -98,6 +114,33 @@ class Optimiser:
         self._look = lookahead
         self.on_domain_error, self.max_halvings = on_domain_error, max_halvings
         self.name = name if name is not None else "chain"
+
+    # -- equality by value, hyperparameters as values ---------------------------------------
+    def key(self):
+        """What a compiled step depends on: the parts' builders (their numbers excluded), the
+        lookahead and the fault policy. Optimisers with equal keys share compiled steps."""
+        look = self._look if isinstance(self._look, bool) else ("id", _Identity(self._look))
+        return (tuple(_part_key(part) for part in self.parts), look, self.on_domain_error,
+                self.max_halvings)
+
+    def hyperparams(self) -> tuple:
+        """The numbers the compiled step takes as arguments: one dict per part (learning
+        rate, momentum, Adam's b1, b2, eps, ...), each number a Python float."""
+        return tuple({k: float(v) for k, v in getattr(part, "hyper", {}).items()}
+                     for part in self.parts)
+
+    def with_hyperparams(self, hyper) -> "Optimiser":
+        """This optimiser with the numbers `hyper` (traced values, inside a compiled step)."""
+        parts = [part.rebuilt(h) if getattr(part, "build", None) is not None else part
+                 for part, h in zip(self.parts, hyper)]
+        return Optimiser(parts, self._look, self.on_domain_error, self.max_halvings, self.name)
+
+    def __eq__(self, other):
+        return isinstance(other, Optimiser) and self.key() == other.key() and \
+            self.hyperparams() == other.hyperparams()
+
+    def __hash__(self):
+        return hash(self.key())
 
     # -- the state: one entry per part that holds anything ---------------------------------
     def _kept(self, states) -> list[int]:
@@ -212,6 +255,11 @@ class Optimiser:
         return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
 
 
+def _part_key(part):
+    key = getattr(part, "key", None)
+    return key() if callable(key) else ("id", _Identity(part))
+
+
 def check_covector(p, p_cov, space: Space | None = None) -> None:
     """Refuse (`CovectorError`) anything but a `Covector` whose value has the structure and
     leaf shapes of the point p, naming the first slot that differs."""
@@ -251,6 +299,11 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
 
     `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr))` is `adam(lr, metric=m)`;
     `lookahead=True` takes the covector at the inertial point (see `Optimiser`).
+
+    Examples:
+        >>> opt = chain(sharp(), scale_by_learning_rate(0.5))
+        >>> opt == gd(0.5), opt.hyperparams()
+        (True, ({}, {'lr': 0.5}))
     """
     return Optimiser(parts, lookahead, on_domain_error, max_halvings, name)
 
@@ -258,15 +311,15 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
 class Update(Optimiser):
     """The plain update u(p) = p − η (p')♯ (S = R^0): chain(sharp(metric), scale_by_learning_rate(lr)).
 
-    `gd(lr, metric)` and `update(metric, lr)` both build it; it steps as an optimiser and, called
+    `gd(lr, metric)` builds it; it steps as an optimiser and, called
     as u(p, p'), returns the new point.
     """
 
     def __init__(self, metric=None, lr=1e-2, on_domain_error: str = "raise",
                  max_halvings: int = 30):
-        first = sharp(metric)  # the metric is checked first: update(metric, lr) names it first
+        first = sharp(metric)
         if callable(lr):
-            raise KindError("gd and update take a fixed learning rate (u has no state); for a "
+            raise KindError("gd takes a fixed learning rate (u has no state); for a "
                             "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
         check_learning_rate(lr)
         self.lr = lr

@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from categories import Covector, Vector
@@ -70,15 +71,73 @@ class Part(optax.GradientTransformationExtraArgs):
 
     `init(params) -> state`; `update(updates, state, params=None, **extra) -> (updates', state')`.
     Being an `optax.GradientTransformationExtraArgs`, a part also goes into `optax.chain`.
+
+    `hyper` (a dict of numbers) and `build` (`build(**hyper)` makes the same part again) make
+    a part's hyperparameters values rather than constants: the training step passes them as
+    arguments of its compiled function, so that parts equal but for their numbers share one
+    compilation (as `optax.inject_hyperparams` does). A part without `build` is compared by
+    identity.
     """
 
-    def __new__(cls, init: Callable, update: Callable, name: str = "part"):
+    def __new__(cls, init: Callable, update: Callable, name: str = "part", hyper=None,
+                build: Callable | None = None):
         self = super().__new__(cls, init, update)
-        self.name = name
+        self.name, self.hyper, self.build = name, dict(hyper or {}), build
         return self
+
+    def key(self):
+        """What the compiled step depends on: the builder and the names of the hyperparameters
+        (their values are arguments), or the part itself (by identity) if it has no builder."""
+        if self.build is None:
+            return ("id", _Identity(self))
+        return (self.build, tuple(sorted(self.hyper)))
+
+    def rebuilt(self, hyper) -> "Part":
+        """The same part with the hyperparameters `hyper` (traced values, inside the step)."""
+        return self if self.build is None else self.build(**hyper)
 
     def __repr__(self):
         return self.name
+
+
+class _Identity:
+    """Hashes and compares by identity, and keeps its object alive while it is a key."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
+def value_key(x):
+    """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
+    dtype, shape and bytes), containers of them, and inner products by their type and public
+    fields; anything else by its own equality if it is hashable, else by identity."""
+    if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
+        return x
+    if isinstance(x, jax.core.Tracer):
+        return ("id", _Identity(x))
+    if isinstance(x, (np.ndarray, np.generic, jax.Array)):
+        a = np.asarray(x)
+        return ("array", a.dtype.str, a.shape, a.tobytes())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(value_key(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple(sorted((k, value_key(v)) for k, v in x.items()))
+    if isinstance(x, Metric):  # an inner product: its type and its public configuration
+        return (type(x),) + tuple(sorted((k, value_key(v)) for k, v in vars(x).items()
+                                         if not k.startswith("_")))
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("id", _Identity(x))
 
 
 def is_part(x) -> bool:
@@ -146,6 +205,9 @@ class Sharp(Part):
     `update` accepts a `Covector` (as the optimiser passes it, with its space) or a raw pytree
     (as `optax.chain` passes it), and the extra argument `ctx` for data-dependent metrics.
     The optimiser calls it at the point where the covector was taken (its lookahead).
+    A metric whose `stateful` is true keeps its memory in this part's state
+    (`metric.init_state(params)`, `metric.sharp_state(params, cov, ctx, state)`): K-FAC's
+    running factors, decompositions and damping.
     """
 
     def __new__(cls, metric: Metric | None = None):
@@ -153,25 +215,52 @@ class Sharp(Part):
         if not callable(getattr(metric, "sharp", None)):
             raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
 
+        # A metric with memory (K-FAC's running factors) keeps it here, in this part's state:
+        # `init_state(params)` and `sharp_state(params, cov, ctx, state) -> (vector, state')`.
+        stateful = bool(getattr(metric, "stateful", False))
+
         def update(updates, state, params=None, ctx=None, **extra):
             if isinstance(updates, Vector):
                 raise CovectorError("the sharp part takes the covector p', got a Vector: it is "
                                     "already a vector")
             cov = updates if isinstance(updates, Covector) else Covector(updates)
+            if stateful:
+                vec, state = metric.sharp_state(params, cov, ctx, state)
+                return unwrap(vec), state
             return unwrap(metric.sharp(params, cov, ctx)), state
 
-        self = super().__new__(cls, _empty, update, f"sharp({metric!r})")
+        init = metric.init_state if stateful else _empty
+        self = super().__new__(cls, init, update, f"sharp({metric!r})")
         self.metric = metric
         return self
 
+    def key(self):
+        return ("sharp", value_key(self.metric))
+
 
 def sharp(metric: Metric | None = None) -> Sharp:
-    """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None)."""
+    """The first part of every optimiser: p' ↦ (p')♯ for `metric` (Euclidean when None).
+
+    Examples:
+        >>> part = sharp(Diagonal(2.0))
+        >>> updates, _ = part.update(Covector(jnp.array([1.0, 4.0])), part.init(None))
+        >>> unwrap(updates).tolist()
+        [0.5, 2.0]
+    """
     return Sharp(metric)
 
 
 def scale_by_momentum(beta: float = 0.9) -> Part:
-    """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`)."""
+    """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`).
+
+    Examples:
+        >>> part = scale_by_momentum(0.5)
+        >>> v = jnp.array([1.0])
+        >>> m1, s = part.update(v, part.init(v))
+        >>> m2, s = part.update(v, s)
+        >>> m1.tolist(), m2.tolist()
+        ([1.0], [1.5])
+    """
     check_decay(beta, "beta")
 
     def init(params):
@@ -181,22 +270,41 @@ def scale_by_momentum(beta: float = 0.9) -> Part:
         m = tree_map(lambda g, t: g + beta * t, updates, state.m)
         return m, MomentumState(m)
 
-    return Part(init, update, f"scale_by_momentum(beta={beta})")
+    return Part(init, update, f"scale_by_momentum(beta={beta})", dict(beta=beta),
+                scale_by_momentum)
 
 
 def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
-    """Adagrad's rescaling: G ← G + v², v ↦ v / √(G + ε) (0 where G = 0): optax's `scale_by_rss`."""
+    """Adagrad's rescaling: G ← G + v², v ↦ v / √(G + ε) (0 where G = 0): optax's `scale_by_rss`.
+
+    Examples:
+        >>> part = scale_by_adagrad(initial_accumulator_value=0.0)
+        >>> v = jnp.array([3.0])
+        >>> u, s = part.update(v, part.init(v))
+        >>> print(np.round(u, 4))
+        [1.]
+    """
     check_non_negative(initial_accumulator_value, "initial_accumulator_value")
     check_positive(eps, "eps")
     tx = optax.scale_by_rss(initial_accumulator_value, eps)
     return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})")
+                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})",
+                dict(initial_accumulator_value=initial_accumulator_value, eps=eps),
+                scale_by_adagrad)
 
 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:
     """Adam's rescaling: μ ← b1 μ + (1−b1) v, ν ← b2 ν + (1−b2) v², v ↦ μ̂ / (√ν̂ + ε), with
     the bias corrections μ̂ = μ / (1 − b1^t), ν̂ = ν / (1 − b2^t). Within rounding,
-    `optax.scale_by_adam(b1, b2, eps)`."""
+    `optax.scale_by_adam(b1, b2, eps)`.
+
+    Examples:
+        >>> part = scale_by_adam()
+        >>> v = jnp.array([0.5, -2.0])
+        >>> u, s = part.update(v, part.init(v))
+        >>> print(np.round(u, 4))
+        [ 1. -1.]
+    """
     check_decay(b1, "b1")
     check_decay(b2, "b2")
     check_positive(eps, "eps")
@@ -217,7 +325,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part
 
         return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
 
-    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})")
+    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})",
+                dict(b1=b1, b2=b2, eps=eps), scale_by_adam)
 
 
 def scale_by_learning_rate(lr) -> Part:
@@ -225,11 +334,19 @@ def scale_by_learning_rate(lr) -> Part:
 
     `lr` is a finite number > 0, or a schedule (a callable count ↦ rate, as in optax; the
     part then keeps the count as its state). optax's own `scale_by_learning_rate`.
+
+    Examples:
+        >>> part = scale_by_learning_rate(0.1)
+        >>> u, _ = part.update(jnp.array([1.0, 2.0]), part.init(None))
+        >>> print(np.round(u, 4))
+        [-0.1 -0.2]
     """
     check_learning_rate(lr)
     tx = optax.scale_by_learning_rate(lr)
+    fixed = not callable(lr)  # a schedule is a function: compared by identity, not rebuilt
     return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_learning_rate({lr!r})")
+                f"scale_by_learning_rate({lr!r})", dict(lr=lr) if fixed else None,
+                scale_by_learning_rate if fixed else None)
 
 
 __all__ = ["Part", "is_part", "Sharp", "sharp", "scale_by_momentum", "scale_by_adagrad",

@@ -1,11 +1,8 @@
 """The usual optimisers as short-hands for chains of parts.
 
 Each is `chain(sharp(metric), <rule parts>, scale_by_learning_rate(lr))`; `metric=None` is the
-Euclidean inner product. Every short-hand takes the learning rate first; `update` alone takes
-the metric first (it is the update map u of the inner product, u(p) = p − η (p')♯) and builds
-the same object as `gd`:
-
-    gd(0.1, metric=m)  ≡  gd(lr=0.1, metric=m)  ≡  update(m, lr=0.1)  ≡  update(metric=m, lr=0.1)
+Euclidean inner product. Every short-hand takes the learning rate first; `gd(lr, metric)` is
+the update map u of the inner product, u(p) = p − η (p')♯.
 
 The keywords `on_domain_error` ("raise" | "backtrack") and `max_halvings` are the optimiser's
 fault policy (see `faults`).
@@ -20,15 +17,18 @@ from .parts import (check_learning_rate, is_part, scale_by_adagrad, scale_by_ada
                     scale_by_momentum, sharp)
 
 
-def update(metric=None, lr: float = 1e-2, *, on_domain_error: str = "raise",
-           max_halvings: int = 30) -> Update:
-    """u(p) = p − η (p')♯ for the inner product `metric` and step size η = `lr` (= `gd(lr, metric)`)."""
-    return Update(metric, lr, on_domain_error, max_halvings)
-
-
 def gd(lr: float, metric=None, *, on_domain_error: str = "raise",
        max_halvings: int = 30) -> Update:
-    """Gradient descent p ← p − η (p')♯: chain(sharp(metric), scale_by_learning_rate(lr))."""
+    """Gradient descent p ← p − η (p')♯: chain(sharp(metric), scale_by_learning_rate(lr)).
+
+    Examples:
+        >>> u = gd(0.1)
+        >>> p = jnp.array([1.0, 2.0])
+        >>> print(np.round(u(p, Covector(jnp.array([1.0, -1.0]))), 4))
+        [0.9 2.1]
+        >>> print(np.round(gd(0.1, metric=Diagonal(2.0))(p, Covector(jnp.array([1.0, -1.0]))), 4))
+        [0.95 2.05]
+    """
     check_learning_rate(lr)  # the learning rate is checked first: gd(lr, metric) names it first
     return Update(metric, lr, on_domain_error, max_halvings)
 
@@ -36,7 +36,16 @@ def gd(lr: float, metric=None, *, on_domain_error: str = "raise",
 def momentum(lr: float, beta: float = 0.9, metric=None, *, on_domain_error: str = "raise",
              max_halvings: int = 30) -> Optimiser:
     """Heavy ball: m ← v + β m, p ← p − η m with v = (p')♯ (optax.sgd(lr, momentum=β)):
-    chain(sharp(metric), scale_by_momentum(beta), scale_by_learning_rate(lr))."""
+    chain(sharp(metric), scale_by_momentum(beta), scale_by_learning_rate(lr)).
+
+    Examples:
+        >>> opt = momentum(0.1, beta=0.5)
+        >>> p, cov = jnp.array([1.0]), Covector(jnp.array([1.0]))
+        >>> s, p = opt.step(opt.init(p), p, cov)
+        >>> s, p = opt.step(s, p, cov)
+        >>> print(np.round(p, 4))
+        [0.75]
+    """
     return chain(sharp(metric), scale_by_momentum(beta), scale_by_learning_rate(lr),
                  on_domain_error=on_domain_error, max_halvings=max_halvings, name="momentum")
 
@@ -50,6 +59,13 @@ def nesterov(lr: float, beta: float = 0.9, metric=None, *, on_domain_error: str 
     exactly the iterates of optax.sgd(lr, momentum=β, nesterov=True), which writes the same
     method without a lookahead evaluation: with φ = p − ηβm, the update reads
     φ ← φ − η (v + β m_new) (the standard change of variables).
+
+    Examples:
+        >>> opt = nesterov(0.1, beta=0.5)
+        >>> p = jnp.array([1.0])
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([1.0])))
+        >>> print(np.round(p, 4), np.round(opt.lookahead(s, p), 4))
+        [0.9] [0.85]
     """
     return chain(sharp(metric), scale_by_momentum(beta), scale_by_learning_rate(lr),
                  lookahead=True, on_domain_error=on_domain_error, max_halvings=max_halvings,
@@ -59,7 +75,15 @@ def nesterov(lr: float, beta: float = 0.9, metric=None, *, on_domain_error: str 
 def adagrad(lr: float, initial_accumulator_value: float = 0.1, eps: float = 1e-7, metric=None,
             *, on_domain_error: str = "raise", max_halvings: int = 30) -> Optimiser:
     """Adagrad: G ← G + v², p ← p − η v / √(G + ε), G₀ = `initial_accumulator_value` (optax's):
-    chain(sharp(metric), scale_by_adagrad(initial_accumulator_value, eps), scale_by_learning_rate(lr))."""
+    chain(sharp(metric), scale_by_adagrad(initial_accumulator_value, eps), scale_by_learning_rate(lr)).
+
+    Examples:
+        >>> opt = adagrad(0.1, initial_accumulator_value=0.0)
+        >>> p = jnp.array([1.0])
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([3.0])))
+        >>> print(np.round(p, 4))
+        [0.9]
+    """
     return chain(sharp(metric), scale_by_adagrad(initial_accumulator_value, eps),
                  scale_by_learning_rate(lr), on_domain_error=on_domain_error,
                  max_halvings=max_halvings, name="adagrad")
@@ -68,7 +92,15 @@ def adagrad(lr: float, initial_accumulator_value: float = 0.1, eps: float = 1e-7
 def adam(lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, metric=None, *,
          on_domain_error: str = "raise", max_halvings: int = 30) -> Optimiser:
     """Adam: μ ← b1 μ + (1−b1) v, ν ← b2 ν + (1−b2) v², p ← p − η μ̂ / (√ν̂ + ε) (bias-corrected):
-    chain(sharp(metric), scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr))."""
+    chain(sharp(metric), scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr)).
+
+    Examples:
+        >>> opt = adam(0.1)
+        >>> p = jnp.array([1.0, 1.0])
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([0.5, -2.0])))
+        >>> print(np.round(p, 4))
+        [0.9 1.1]
+    """
     return chain(sharp(metric), scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr),
                  on_domain_error=on_domain_error, max_halvings=max_halvings, name="adam")
 
@@ -79,6 +111,14 @@ def from_optax(tx, metric=None, *, lookahead=False, on_domain_error: str = "rais
 
     `lookahead=True` takes the covector at the inertial point: from_optax(optax.sgd(lr,
     momentum=β), lookahead=True) is Nesterov's method.
+
+    Examples:
+        >>> import optax
+        >>> opt = from_optax(optax.sgd(0.1), metric=Diagonal(2.0))
+        >>> p = jnp.array([1.0])
+        >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([1.0])))
+        >>> print(np.round(p, 4))
+        [0.95]
     """
     if not is_part(tx):
         raise KindError(f"from_optax needs an optax.GradientTransformation (callable init and "
@@ -87,4 +127,4 @@ def from_optax(tx, metric=None, *, lookahead=False, on_domain_error: str = "rais
                  max_halvings=max_halvings, name="from_optax")
 
 
-__all__ = ["update", "gd", "momentum", "nesterov", "adagrad", "adam", "from_optax"]
+__all__ = ["gd", "momentum", "nesterov", "adagrad", "adam", "from_optax"]

@@ -17,7 +17,7 @@ states): `load` rebuilds its structure from `opt.init(params)` for the optimiser
 fills its leaves, checking that paths, shapes and dtypes agree.
 
 `fit(..., checkpoint_every=N, checkpoint_path=...)` uses these files to continue a run
-exactly (`lenses.fitting`): the file also holds the run's progress (its history, the losses
+exactly (`lenses.training.fit`): the file also holds the run's progress (its history, the losses
 of the epoch in progress, its planned end), under the metadata's "fit" entry.
 """
 
@@ -37,9 +37,10 @@ import optax
 from categories.errors import (CheckpointError, CheckpointMismatch, KindError, ParalensError,
                                SpaceMismatch)
 
-from .learner import TrainState, TrainStep
-from .optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
-from .para_lens import _leaf_shapes, _tree_mismatch, need_lens
+from .state import TrainState
+from .trainer import TrainStep
+from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
+from ..para_lens import _leaf_shapes, _tree_mismatch, need_lens
 
 FORMAT = "paralens-state"
 VERSION = 1
@@ -49,7 +50,12 @@ _META, _SUM = "paralens", "paralens.sha256"
 class Saved(NamedTuple):
     """What `load` returns: the `TrainState`, the RNG key saved with it (None if none was),
     and `info`, the file's description (model expression, parameter object, optimiser, and,
-    for a checkpoint written by `fit`, the run's progress under "fit")."""
+    for a checkpoint written by `fit`, the run's progress under "fit").
+
+    Examples:
+        >>> Saved._fields
+        ('state', 'key', 'info')
+    """
 
     state: TrainState
     key: Any
@@ -133,20 +139,20 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
-    `extra_arrays` are what `fit` records of a run's progress."""
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
-            not isinstance(os.fspath(path), str):
-        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
-    if not isinstance(state, TrainState):
-        raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
-                        f"{type(state).__name__}: wrap parameters with step.init(params)")
-    model = _fixed(model)
-    names = slot_names(model)
-    check_params(model.param, state.params, names)
-    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
-    if why:
-        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
-                            f"{model.param!r}): {why}")
+    `extra_arrays` are what `fit` records of a run's progress. A point outside the parameter
+    object (NaN, infinity, outside an open set) is refused here (`DomainError`), since `load`
+    would refuse the file.
+
+    Examples:
+        >>> import os, tempfile
+        >>> model = dense(2, 1)
+        >>> step = train_step(model, half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> path = save(os.path.join(tempfile.mkdtemp(), "run.st"), state, model, gd(0.1))
+        >>> load(path, model, gd(0.1)).state.params[1].tolist()
+        [1.0]
+    """
+    model, names = _check_save(path, state, model)
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
@@ -179,6 +185,42 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     except OSError as e:
         raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
+
+
+def _check_save(path, state, model):
+    """(the fixed model, its slot names) if `state` can be saved for it at `path`."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
+            not isinstance(os.fspath(path), str):
+        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
+    if not isinstance(state, TrainState):
+        raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
+                        f"{type(state).__name__}: wrap parameters with step.init(params)")
+    model = _fixed(model)
+    names = slot_names(model)
+    check_params(model.param, state.params, names)
+    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
+    if why:
+        raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
+                            f"{model.param!r}): {why}")
+    model.param.check(state.params, "the parameters to save")
+    return model, names
+
+
+def _check_slots(path, meta, model) -> list:
+    """The model's slot names, if the file's slots are the model's, else `CheckpointMismatch`
+    naming the first that differs."""
+    names, spaces = slot_names(model), _slot_spaces(model)
+    saved_slots = meta.get("slots") or []
+    for i, (name, space) in enumerate(zip(names, spaces)):
+        if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
+            got = repr(saved_slots[i][1]) if i < len(saved_slots) else "no such slot"
+            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r}, "
+                                     f"not {model.term()!r}: {name} has parameter object "
+                                     f"{space!r}, the file's slot {i} is {got}")
+    if len(saved_slots) != len(names):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
+                                 f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
+    return names
 
 
 def _slot_spaces(model) -> list:
@@ -258,21 +300,23 @@ def load(path, model, opt=None) -> Saved:
 
     Refuses, before returning anything: an unreadable, truncated or damaged file
     (`CheckpointError`), a file saved for another model or optimiser (`CheckpointMismatch`,
-    naming the first slot that differs), a saved point outside the parameter object."""
+    naming the first slot that differs), a saved point outside the parameter object.
+
+    Examples:
+        >>> import os, tempfile
+        >>> model = dense(2, 1)
+        >>> state = train_step(model, half_squared_error, adam(0.1)).init(
+        ...     (jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> path = save(os.path.join(tempfile.mkdtemp(), "run.st"), state, model, adam(0.1),
+        ...             jax.random.PRNGKey(3))
+        >>> saved = load(path, model, adam(0.1))
+        >>> int(saved.state.count), saved.key.tolist(), saved.info["param_space"]
+        (0, [0, 3], 'R^{1×2} × R^1')
+    """
     model = _fixed(model)
     opt = _as_optimiser(opt)
     meta, tensors = _read(path)
-    names, spaces = slot_names(model), _slot_spaces(model)
-    saved_slots = meta.get("slots") or []
-    for i, (name, space) in enumerate(zip(names, spaces)):
-        if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
-            got = repr(saved_slots[i][1]) if i < len(saved_slots) else "no such slot"
-            raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r}, "
-                                     f"not {model.term()!r}: {name} has parameter object "
-                                     f"{space!r}, the file's slot {i} is {got}")
-    if len(saved_slots) != len(names):
-        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
-                                 f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
+    names = _check_slots(path, meta, model)
     params = _fill(model.param.zeros(), "params", meta["params"], tensors, "model", path,
                    lambda p: _slot_of(p, names))
     try:
@@ -283,7 +327,7 @@ def load(path, model, opt=None) -> Saved:
         if meta["opt_state"]:
             raise CheckpointMismatch(f"{os.fspath(path)!r} holds the state of the optimiser "
                                      f"{meta.get('optimiser')}: pass that optimiser to load")
-        opt_template = EmptyState()  # the state of a stateless optimiser (gd, update)
+        opt_template = EmptyState()  # the state of a stateless optimiser (gd)
     else:
         opt_template = opt.init(params)
     if str(jax.tree_util.tree_structure(opt_template)) != meta["opt_state_tree"]:

@@ -1,0 +1,128 @@
+"""String diagrams for papers through DisCoPy: a lens expression as a DisCoPy diagram, and TikZ.
+
+`to_discopy(lens)` is a functor from lens expressions to diagrams of `discopy.markov` (the
+Markov categories: monoidal, with copy, merge and discard): it reads the lens's picture term
+(`lens.picture()`, the protocol's description of its piece of the string diagram) and sends
+
+- a chain to DisCoPy's composition `>>`, a parallel product to its tensor `@`: so
+  `to_discopy(f >> g) == to_discopy(f) >> to_discopy(g)` and `to_discopy(f @ g) ==
+  to_discopy(f) @ to_discopy(g)`;
+- a layer A → B with parameter object P to the box `Box(name, P ⊗ A, B)` fed by the state
+  `θ : I → P` (the parameter wire from above), so that the diagram has type A → B and
+  composes as the lens does; without parameters (P = R^0) to `Box(name, A, B)`;
+- `copy`, `add`, `discard` to DisCoPy's own `Diagram.copy`, `Diagram.merge`, `Diagram.discard`;
+- a framed piece (`checkpoint`, `repeat`, a reparameterisation, `batched`) to a bubble around
+  its inside, titled as the frame, fed by the frame's parameter wire if it has one.
+
+A space is one wire per factor of a product (none for R^0), labelled by the space, as in
+`lenses.diagrams`. `to_tikz(lens)` writes the diagram with DisCoPy's TikZ backend. DisCoPy
+is optional (`pip install 'paralens[diagrams]'`): it is imported when these are called.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from functools import reduce
+
+from categories import Product
+from categories.errors import KindError
+
+from . import picture
+
+#: the `data` of the state that feeds a parameter wire (tells it apart from a layer's box)
+PARAMETER = "parameter"
+
+
+_BUBBLE: dict = {}
+
+
+def _markov():
+    try:
+        from discopy import markov, monoidal
+    except ImportError as e:
+        raise ImportError("to_discopy needs DisCoPy: pip install 'paralens[diagrams]'") from e
+    if "markov" not in _BUBBLE:
+        # DisCoPy's bubble of a Markov diagram is a plain monoidal one, which no longer
+        # composes with Markov diagrams; a bubble that is a Markov box, as DisCoPy writes its
+        # Frobenius bubble, does.
+        class Bubble(monoidal.Bubble, markov.Box):
+            """A frame in a Markov diagram (a monoidal bubble that is a Markov box)."""
+            __ambiguous_inheritance__ = (monoidal.Bubble,)
+
+        _BUBBLE["markov"] = Bubble
+    return markov
+
+
+def _bubble(inner, title, dom=None, cod=None):
+    return _BUBBLE["markov"](inner, dom=dom, cod=cod, name=title, drawing_name=title)
+
+
+def _wires(space) -> list:
+    if space is None:
+        return ["?"]
+    if isinstance(space, Product):
+        return [w for f in space.factors for w in _wires(f)]
+    return [] if space.size == 0 else [repr(space)]
+
+
+def _ty(m, space):
+    return m.Ty(*_wires(space))
+
+
+def _fed(m, body, param, dom):
+    """`body : P ⊗ A → B` fed by the parameter state θ : I → P: a diagram A → B."""
+    P = m.Ty(repr(param))
+    return (m.Box("θ", m.Ty(), P, data=PARAMETER) @ dom) >> body
+
+
+def _translate(pic, m):
+    if isinstance(pic, picture.Then):
+        return reduce(lambda d, p: d >> _translate(p, m), pic.parts[1:], _translate(pic.parts[0], m))
+    if isinstance(pic, picture.Beside):
+        return reduce(lambda d, p: d @ _translate(p, m), pic.parts[1:], _translate(pic.parts[0], m))
+    if isinstance(pic, picture.Framed):
+        inner = _translate(pic.inner, m)
+        if pic.param is None or pic.param.size == 0:
+            return _bubble(inner, pic.title)
+        return _fed(m, _bubble(inner, pic.title, m.Ty(repr(pic.param)) @ inner.dom, inner.cod),
+                    pic.param, inner.dom)
+    dom, cod = _ty(m, pic.dom), _ty(m, pic.cod)
+    if isinstance(pic, picture.Dot) and pic.kind == "copy":
+        return m.Diagram.copy(dom, 2)
+    if isinstance(pic, picture.Dot) and pic.kind == "add":
+        return m.Diagram.merge(cod, 2)
+    if isinstance(pic, picture.Dot) and pic.kind == "discard":
+        return m.Diagram.discard(dom)
+    param = getattr(pic, "param", None)
+    if param is None or param.size == 0:
+        return m.Box(pic.name, dom, cod)
+    return _fed(m, m.Box(pic.name, m.Ty(repr(param)) @ dom, cod), param, dom)
+
+
+def to_discopy(lens):
+    """The lens expression as a `discopy.markov.Diagram` A → B (a functor: preserves `>>`
+    and `@`; layers are boxes fed by their parameter wires, copies DisCoPy's copies)."""
+    if not callable(getattr(lens, "picture", None)):
+        raise KindError(f"to_discopy needs a lens (e.g. dense(2, 3)), got {type(lens).__name__}")
+    if not lens.is_fixed():
+        lens.fixed("to_discopy")  # a family says how to fix it
+    return _translate(lens.picture(), _markov())
+
+
+def to_tikz(lens, path=None, **params) -> str:
+    """The string diagram of `lens` as TikZ (DisCoPy's own output: `diagram.draw(to_tikz=True)`),
+    returned as text and, if `path` is given, written there; `params` go to DisCoPy's `draw`."""
+    diagram = to_discopy(lens)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "diagram.tikz")
+        diagram.draw(path=out, to_tikz=True, **params)
+        with open(out, encoding="utf-8") as f:
+            text = f.read()
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return text
+
+
+__all__ = ["to_discopy", "to_tikz", "PARAMETER"]

@@ -1,0 +1,449 @@
+"""K-FAC (Martens & Grosse 2015): the Kronecker-factored Fisher as a metric, with its state.
+
+The formulas of the metric and of each option are in the docstring of `KFAC`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from categories import Vector
+from categories.errors import HyperparameterError, KindError
+
+from .losses import loss_family
+from .metrics import covector_value, ravel
+from .natural import (Fisher, GaussNewton, _DataMetric, _data, _loss_hvp, _out_matrix, _space,
+                      output_fisher)
+from .para_lens import Affine, at_path, batched
+
+tree_map = jax.tree_util.tree_map
+
+CURVATURES = ("fisher", "gauss-newton", "empirical", "sampled")
+
+
+class KFACState(NamedTuple):
+    """K-FAC's memory: `count` steps taken, `updates` factor estimates made, per site the
+    running `factors` (A, G) and their eigen-decompositions `eig` (α, U_A, γ, U_G) (None for
+    a site without affine structure), the `damping` λ, a random `key` for sampled labels, and
+    the `last` point (for adaptive damping; None otherwise)."""
+
+    count: Any
+    updates: Any
+    factors: Any
+    eig: Any
+    damping: Any
+    key: Any
+    last: Any
+
+
+def _kind(site):
+    """How KFAC reads a parameterised slot, from what its lens declares: 'dense' (Affine with a
+    bias: x ↦ W x + b), 'linear' (Affine without: x ↦ W x) or None (nothing declared)."""
+    if isinstance(site.structure, Affine):
+        return "dense" if site.structure.bias else "linear"
+    return None
+
+
+def _to_theta(site, t):
+    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W
+    (a slot holding Wᵀ, `Affine(transposed=True)`, is transposed back)."""
+    W = t[0] if _kind(site) == "dense" else t
+    W = W.T if site.structure.transposed else W
+    return jnp.concatenate([W, t[1][:, None]], axis=1) if _kind(site) == "dense" else W
+
+
+def _from_theta(site, theta):
+    dense = _kind(site) == "dense"
+    W = theta[:, :-1] if dense else theta
+    W = W.T if site.structure.transposed else W
+    return (W, theta[:, -1]) if dense else W
+
+
+def _theta_to_ravel(site, m, n_in):
+    """Indices taking the row-major vec of Θ to `ravel` order of the slot (W, or Wᵀ when
+    transposed, row-major, then b); None when the two orders agree."""
+    dense, transposed = _kind(site) == "dense", site.structure.transposed
+    if not (dense or transposed):
+        return None
+    cols = n_in + 1 if dense else n_in
+    rows = jnp.arange(m)[:, None] * cols
+    W = rows + jnp.arange(n_in)[None, :]  # W[i, j]'s place in vec(Θ)
+    W = jnp.ravel(W.T if transposed else W)
+    return jnp.concatenate([W, rows[:, 0] + n_in]) if dense else W
+
+
+def _eig(factors):
+    """Per site (α, U_A, γ, U_G), the eigen-decompositions of (A, G), or None."""
+    out = []
+    for f in factors:
+        if f is None:
+            out.append(None)
+            continue
+        a, UA = jnp.linalg.eigh(f[0])
+        g, UG = jnp.linalg.eigh(f[1])
+        out.append((a, UA, g, UG))
+    return tuple(out)
+
+
+def _number(x, name):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise HyperparameterError(f"KFAC: {name} must be a finite number, got {x!r}")
+    return float(x)
+
+
+def _period(x, name):
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise HyperparameterError(f"KFAC: {name} must be an integer ≥ 1, got {x!r}")
+    return x
+
+
+class KFAC(_DataMetric):
+    """The Kronecker-factored Fisher of Martens & Grosse (2015), with their moving averages,
+    update periods and adaptive damping.
+
+    g_p = ⊕_l (G_l ⊗ A_l + λ I) over the layers l that declare an affine structure (`Affine`:
+    dense, linear), found by the model's `sites()` wherever they sit. With n examples and the
+    scale s = 1/n (`reduction="mean"`) or 1 (`"sum"`):
+
+        A_l = (1/n) Σ_i ā_i ā_iᵀ            ā_i the layer's input, with a 1 appended for a bias
+        G_l = s Σ_i B_iᵀ F_i B_i            B_i = ∂(network output)/∂(layer output s_l = W a + b)
+
+    and F_i, the output-space curvature, is chosen by `curvature`:
+
+    - "fisher" (default): F_i = F_out(z_i) = E_{y~p(·|z_i)}[∇_z log p ∇_z log pᵀ], the family's
+      `output_fisher` in closed form (the true Fisher, exact in expectation, nothing sampled);
+    - "gauss-newton": F_i = ∂²L_{y_i}/∂z² (the loss Hessian in the output; JAX's Hessian);
+    - "empirical": F_i = d_i d_iᵀ, d_i = ∇_z L_{y_i}(z_i) at the data's own labels (the
+      empirical Fisher, which is not the Fisher: Kunstner et al. 2019);
+    - "sampled": F_i = (1/S) Σ_{k≤S} d̂_ik d̂_ikᵀ, d̂_ik = ∇_z L_{ŷ_ik}(z_i), ŷ_ik ~ p(·|z_i)
+      drawn by the family's `sample` (`samples` = S): the true Fisher by Monte Carlo, as the
+      paper computes it; E[d̂ d̂ᵀ] = F_out(z_i), so these factors are unbiased for "fisher"'s.
+      The draws advance with the state's key at every factor update.
+
+    The options of the paper (its section 5 and 6), each off by default:
+
+    - `decay` ε: moving averages of the factors, Â_k = ε_k Â_{k−1} + (1 − ε_k) A_k (and Ĝ
+      alike), ε_k = min(1 − 1/k, ε), k the number of factor updates made (so Â_1 = A_1: no bias
+      towards the zero start); the paper's ε = 0.95. ε = 0: the batch's own factors.
+    - `factor_period` T_f: the factors are re-estimated at the steps t (counted from 0) with
+      t mod T_f = 0 and kept in between.
+    - `inverse_period` T_i: the eigen-decompositions A = U_A diag(α) U_Aᵀ, G = U_G diag(γ) U_Gᵀ
+      are recomputed at the steps with t mod T_i = 0 and kept in between (the damping enters at
+      the solve, so a new λ needs no new decomposition).
+    - `adapt_damping`: the Levenberg–Marquardt rule of section 6.5, every T_λ = `damping_period`
+      steps (t > 0, t mod T_λ = 0): with δ = θ_t − θ_{t−1} the last move and h the batch loss,
+          ρ = [h(θ_t) − h(θ_{t−1})] / [∇h(θ_{t−1})ᵀ δ + ½ δᵀ (C(θ_{t−1}) + λ I) δ],
+      C the exact curvature matching `curvature` (the Fisher, the Gauss–Newton matrix or the
+      empirical Fisher, applied matrix-free), everything on the current batch; then
+          λ ← ω λ if ρ > 3/4,   λ ← λ / ω if ρ < 1/4,   ω = `omega` (the paper's (19/20)^T_λ),
+      clipped to [`min_damping`, `max_damping`]. A move the model predicts to go uphill counts
+      as ρ < 1/4; no move leaves λ as it is.
+
+    The sharp map solves each damped block exactly: its eigenvalues are γ_i α_j + λ, so
+    X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ (no split of the damping between the factors).
+    It acts on the row-major vec of Θ = [W b] as G ⊗ A (`matrix` reorders it to `ravel(p)`).
+    It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on the
+    example (a deep linear network).
+
+    State. The options need memory between steps: the running factors, their decompositions,
+    λ, a random key and the last point. The metric keeps them in the state of its optimiser's
+    first part, `sharp(KFAC(...))` (`init_state`, `sharp_state`); the state's shapes are the
+    model's, so a KFAC with any option is given the model: `KFAC(decay=0.95, model=net)` (a
+    model alone, with no option, keeps the state too: the batch's factors at every step).
+    Without a model KFAC holds nothing and recomputes the batch's factors at every call, as the
+    stateless maps `sharp`, `flat`, `matrix` and `factors` always do (sampled labels drawn from
+    `seed` there).
+
+    Arguments: `damping` λ (the initial one with `adapt_damping`); `curvature` "fisher",
+    "gauss-newton", "empirical" or "sampled" (`samples` labels per example, from the family's
+    `sample` or `sampler(key, z)`); `decay` ε ∈ [0, 1); `factor_period`, `inverse_period`,
+    `damping_period` ≥ 1; `omega` ∈ (0, 1]; `min_damping`, `max_damping`; `seed` the first
+    key; `model` the model whose factors the state holds (needed by every option).
+    Parameterised slots whose lens declares no affine structure raise, or with
+    `fallback="euclidean"` get the identity block. For example,
+    `gd(0.3, metric=KFAC(0.1, decay=0.95, inverse_period=5, model=net))`.
+    """
+
+    def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
+                 output_fisher=None, *, decay: float = 0.0, factor_period: int = 1,
+                 inverse_period: int = 1, adapt_damping: bool = False, damping_period: int = 5,
+                 omega: float | None = None, min_damping: float = 1e-8,
+                 max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
+                 model=None):
+        damping = _number(damping, "damping")
+        if damping < 0:
+            raise HyperparameterError(f"KFAC: damping must be ≥ 0, got {damping}")
+        if curvature not in CURVATURES:
+            raise HyperparameterError(f"KFAC: curvature must be one of {CURVATURES}, "
+                                      f"got {curvature!r}")
+        if fallback not in ("raise", "euclidean"):
+            raise HyperparameterError(f"KFAC: fallback must be 'raise' or 'euclidean', "
+                                      f"got {fallback!r}")
+        decay = _number(decay, "decay")
+        if not 0 <= decay < 1:
+            raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
+        self.damping, self.curvature, self.fallback = damping, curvature, fallback
+        self._output_fisher, self.decay = output_fisher, decay
+        self.factor_period = _period(factor_period, "factor_period")
+        self.inverse_period = _period(inverse_period, "inverse_period")
+        self.damping_period = _period(damping_period, "damping_period")
+        self.samples = _period(samples, "samples")
+        self.adapt_damping = bool(adapt_damping)
+        omega = (19 / 20) ** self.damping_period if omega is None else _number(omega, "omega")
+        if not 0 < omega <= 1:
+            raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
+        self.omega = omega
+        self.min_damping, self.max_damping = _number(min_damping, "min_damping"), \
+            _number(max_damping, "max_damping")
+        if not 0 <= self.min_damping <= self.max_damping:
+            raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got "
+                                      f"{min_damping!r}, {max_damping!r}")
+        if self.adapt_damping and damping == 0:
+            raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+        self.sampler, self.seed, self.model = sampler, int(seed), model
+        options = [name for name, on in (
+            ("decay", decay > 0), ("factor_period", self.factor_period > 1),
+            ("inverse_period", self.inverse_period > 1), ("adapt_damping", self.adapt_damping),
+            ("curvature='sampled'", curvature == "sampled")) if on]
+        if options and model is None:
+            raise KindError(f"KFAC with {', '.join(options)} keeps its factors in the optimiser's "
+                            "state, whose shapes are the model's: pass model=your_model")
+
+    # -- the layout and the curvature ----------------------------------------------------------
+    @property
+    def stateful(self) -> bool:
+        """Whether KFAC keeps a state in its optimiser (`init_state`, `sharp_state`): with a
+        model given. Without one, KFAC holds nothing (`sharp` recomputes the batch's factors)."""
+        return self.model is not None
+
+    def _layout(self, model):
+        """The model's parameterised slots (`model.sites()`) and how each is read."""
+        sites = model.sites()
+        for site in sites:
+            if _kind(site) is None and self.fallback == "raise":
+                raise KindError(f"KFAC factors layers that declare an affine structure (such as "
+                                f"dense and linear); {site.lens.name} (parameters "
+                                f"{site.lens.param!r}) declares none: use "
+                                "KFAC(fallback='euclidean') to give it the identity block, or "
+                                "another metric")
+        return sites
+
+    def _fisher(self, ctx):
+        return self._output_fisher or output_fisher(ctx.loss)
+
+    def _sample(self, ctx):
+        if self.sampler is not None:
+            return self.sampler
+        fam = loss_family(ctx.loss)
+        if not fam.has_sampler:
+            raise KindError(f"KFAC(curvature='sampled') draws labels from the predictive "
+                            f"distribution of the loss family, and none is known for {fam!r}: "
+                            "give the family a sample(key, z) method, or pass "
+                            "sampler=(key, z) ↦ target to KFAC")
+        return fam.sample
+
+    def _out_curvature(self, ctx):
+        """(z, y, key) ↦ the (m, m) output-space matrix F_i of the chosen `curvature`."""
+        if self.curvature == "gauss-newton":
+            hvp = _loss_hvp(ctx.loss)
+            return lambda z, y, key: _out_matrix(hvp, z, y)
+        if self.curvature == "fisher":
+            F = self._fisher(ctx)
+            return lambda z, y, key: _out_matrix(lambda z_, y_, v: F(z_, v), z, y)
+        value = loss_family(ctx.loss).value
+        score = lambda z, y: ravel(jax.grad(value)(z, y))  # noqa: E731  ∇_z L_y(z)
+        if self.curvature == "empirical":
+            return lambda z, y, key: jnp.outer(score(z, y), score(z, y))
+        sample, S = self._sample(ctx), self.samples
+
+        def sampled(z, y, key):
+            d = jax.vmap(lambda k: score(z, sample(k, z)))(jax.random.split(key, S))
+            return d.T @ d / S
+        return sampled
+
+    # -- the factors of one batch ----------------------------------------------------------------
+    def factors(self, p, ctx, key=None):
+        """Per parameterised slot (`model.sites()`), the batch's (A_l, G_l) for an affine layer,
+        else None (`key`: the draw of sampled labels; `seed` when None)."""
+        return self._run("_factors", p, key, ctx)
+
+    def _factors(self, p, key, ctx):
+        n, s = _data(ctx, "KFAC")
+        model, sites = ctx.model, self._layout(ctx.model)
+        idx = [i for i, site in enumerate(sites) if _kind(site)]
+        curv, dtype = self._out_curvature(ctx), ravel(p).dtype
+        key = jax.random.PRNGKey(self.seed) if key is None else key
+
+        def one(x, y, k):
+            # Perturb each factored layer's output by δ_l (`_probe`); the Jacobian in δ_l at 0
+            # is B_l, so one reverse sweep per output coordinate gives every layer's B at once.
+            def run(deltas):
+                inputs = []
+                z = model._probe(x, p, iter(deltas), inputs)
+                return ravel(z), (z, inputs)
+
+            zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]
+            Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
+            H = curv(z, y, k)
+            abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)])
+                    if _kind(sites[i]) == "dense" else a for i, a in zip(idx, inputs)]
+            return abar, Bs, [H @ B for B in Bs]
+
+        abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y, jax.random.split(key, n))
+        out = [None] * len(sites)
+        for j, i in enumerate(idx):
+            out[i] = (jnp.einsum("ia,ib->ab", abar[j], abar[j]) / n,
+                      s * jnp.einsum("ima,imb->ab", Bs[j], HBs[j]))
+        return tuple(out)
+
+    # -- the damped blocks, solved and applied -----------------------------------------------------
+    def _apply(self, sites, eig, t, lam, sharp):
+        """Each affine block of t mapped by (G ⊗ A + λ I)^(−1) (sharp) or by G ⊗ A + λ I."""
+        out = t
+        for site, e in zip(sites, eig):
+            if e is None:  # the identity block of the fallback
+                continue
+            a, UA, g, UG = e
+            # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
+            ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + lam
+            C = UG.T @ _to_theta(site, site.get(t)) @ UA
+            X = UG @ (C / ev if sharp else C * ev) @ UA.T
+            out = at_path(out, site.path, _from_theta(site, X))
+        return out
+
+    def _map(self, p, t, ctx, sharp):
+        eig = _eig(self._factors(p, None, ctx))
+        return self._apply(self._layout(ctx.model), eig, t, self.damping, sharp)
+
+    def _sharp(self, p, g, ctx):
+        return self._map(p, g, ctx, True)
+
+    def _flat(self, p, v, ctx):
+        return self._map(p, v, ctx, False)
+
+    def _matrix(self, p, _, ctx):
+        # ⊕_l (G_l ⊗ A_l + λ I), each block reordered from vec(Θ) to ravel((W, b)); the sites
+        # are the parameterised slots in the order of `ravel(p)`.
+        blocks = []
+        for site, f in zip(self._layout(ctx.model), self._factors(p, None, ctx)):
+            d = ravel(site.get(p)).size
+            if f is None:
+                blocks.append(jnp.eye(d))
+                continue
+            M = jnp.kron(f[1], f[0])
+            perm = _theta_to_ravel(site, site.lens.cod.shape[0], site.lens.dom.shape[0])
+            M = M if perm is None else M[perm][:, perm]
+            blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
+        return jax.scipy.linalg.block_diag(*blocks)
+
+    # -- the state ---------------------------------------------------------------------------------
+    def init_state(self, p) -> KFACState:
+        """The state before the first step: zero factors (replaced whole by the first estimate,
+        ε_1 = 0), identity decompositions, λ = `damping`, the key of `seed`."""
+        if self.model is None:
+            raise KindError("KFAC keeps a state only with its model: KFAC(..., model=your_model)")
+        leaves = jax.tree_util.tree_leaves(p)
+        dtype = np.dtype(jnp.result_type(leaves[0]) if leaves else jnp.result_type(float))
+        # Built with numpy (no compilation per shape; also under `eval_shape`).
+        zeros = lambda *shape: jnp.asarray(np.zeros(shape, dtype))  # noqa: E731
+        eye = lambda n: jnp.asarray(np.eye(n, dtype=dtype))  # noqa: E731
+        factors, eig = [], []
+        for site in self._layout(self.model):
+            kind = _kind(site)
+            if kind is None:
+                factors.append(None)
+                eig.append(None)
+                continue
+            na = site.lens.dom.shape[0] + (kind == "dense")
+            ng = site.lens.cod.shape[0]
+            factors.append((zeros(na, na), zeros(ng, ng)))
+            eig.append((zeros(na), eye(na), zeros(ng), eye(ng)))
+        last = tree_map(lambda a: zeros(*jnp.shape(a)), p) if self.adapt_damping else None
+        return KFACState(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(0)), tuple(factors),
+                         tuple(eig), jnp.asarray(np.asarray(self.damping, dtype)),
+                         jax.random.PRNGKey(self.seed), last)
+
+    def sharp_state(self, p, cov, ctx, state: KFACState):
+        """(p')♯ with the running factors, and the state after this step (the optimiser's
+        `sharp(KFAC(...))` part calls it; traceable)."""
+        g = covector_value(cov, f"{self!r}.sharp")
+        if ctx is None or ctx.model is None:
+            raise KindError("KFAC depends on the model and the data: pass "
+                            "ctx=Context(model, loss_family, x, y, reduction)")
+        if not isinstance(state, KFACState):
+            raise KindError(f"{self!r} keeps its factors in the state of its optimiser's sharp "
+                            f"part, got {type(state).__name__}: step with train_step, or with "
+                            "opt.step(state, ...) from state = opt.init(params)")
+        if [(s.path, _kind(s)) for s in ctx.model.sites()] != \
+                [(s.path, _kind(s)) for s in self.model.sites()]:
+            raise KindError(f"{self!r} keeps the factors of {self.model.name}, but the step is "
+                            f"taken on {ctx.model.name}, whose layers differ")
+        x, new = self._run("_sharp_state", p, (g, state), ctx)
+        return Vector(x, _space(cov, ctx)), new
+
+    def _sharp_state(self, p, t, ctx):
+        g, st = t
+        sites, count = self._layout(ctx.model), st.count
+        lam = st.damping
+        if self.adapt_damping:
+            due = (count > 0) & (count % self.damping_period == 0)
+            lam = lax.cond(due, lambda: self._adapted(st.last, p, lam, ctx), lambda: lam)
+        key, sub = jax.random.split(st.key)
+
+        def fresh():
+            k = st.updates + 1
+            eps = jnp.minimum(1.0 - 1.0 / k.astype(lam.dtype), self.decay).astype(lam.dtype)
+            new = self._factors(p, sub, ctx)
+            return tree_map(lambda old, b: eps * old + (1 - eps) * b, st.factors, new), k
+
+        factors, updates = lax.cond(count % self.factor_period == 0, fresh,
+                                    lambda: (st.factors, st.updates))
+        eig = lax.cond(count % self.inverse_period == 0, lambda: _eig(factors), lambda: st.eig)
+        x = self._apply(sites, eig, g, lam, True)
+        last = p if self.adapt_damping else None
+        return x, KFACState(count + 1, updates, factors, eig, lam, key, last)
+
+    def _curvature_metric(self, ctx):
+        """The exact curvature C of the quadratic model (undamped), matching `curvature`."""
+        if self.curvature == "gauss-newton":
+            return GaussNewton(0.0)
+        if self.curvature == "empirical":
+            return Fisher(0.0, empirical=True)
+        if self._output_fisher is None and not loss_family(ctx.loss).has_output_fisher:
+            return GaussNewton(0.0)  # "sampled" for a family with a sampler only
+        return Fisher(0.0, output_fisher=self._output_fisher)
+
+    def _adapted(self, last, p, lam, ctx):
+        """λ after the Levenberg–Marquardt rule for the move from `last` to p (`KFAC`'s docstring)."""
+        _, s = _data(ctx, "KFAC")
+        value, model = loss_family(ctx.loss).value, batched(ctx.model)
+
+        def h(q):
+            return s * jnp.sum(jax.vmap(value)(model.forward(ctx.x, q), ctx.y))
+
+        delta = tree_map(lambda a, b: a - b, p, last)
+        h0, grad0 = jax.value_and_grad(h)(last)
+        Cd = self._curvature_metric(ctx)._gram_matvec(last, ctx)(delta)
+        d = ravel(delta)
+        pred = jnp.dot(ravel(grad0), d) + 0.5 * jnp.dot(ravel(Cd), d) + 0.5 * lam * jnp.dot(d, d)
+        actual = h(p) - h0
+        rho = jnp.where(pred < 0, actual / jnp.where(pred < 0, pred, 1.0), -jnp.inf)
+        new = jnp.where(rho > 0.75, lam * self.omega, jnp.where(rho < 0.25, lam / self.omega, lam))
+        new = jnp.where(jnp.all(d == 0), lam, new)
+        return jnp.clip(new, self.min_damping, self.max_damping).astype(lam.dtype)
+
+    def __repr__(self):
+        extra = "".join(f", {k}={v!r}" for k, v, default in (
+            ("decay", self.decay, 0.0), ("factor_period", self.factor_period, 1),
+            ("inverse_period", self.inverse_period, 1),
+            ("adapt_damping", self.adapt_damping, False)) if v != default)
+        return f"KFAC(damping={self.damping}, curvature={self.curvature!r}{extra})"
+
+
+__all__ = ["KFAC", "KFACState", "CURVATURES"]

@@ -1,0 +1,22 @@
+"""Training: the engine that takes steps of learning, in the order a step is built.
+
+- `faults`: where faults are decided (one verdict per step, one judge per chunk, the error);
+- `state`: `TrainState` (a plain pytree) and `Report`;
+- `step`: what one step computes, once (`StepCore`: covectors, sharp, move; checked and plain);
+- `schedule`: how steps are scheduled, once (a call; a chunk as a `lax.scan`, judged whole);
+- `trainer`: `train_step`, the user's handle (a call per step, or `run` for many);
+- `sources`, `fit`: the training loop over data in memory or a stream of batches;
+- `saved`: saved work; `evaluate`: `predict`, `accuracy`.
+"""
+
+from .evaluate import accuracy, check_labels, predict
+from .faults import Fault
+from .fit import FitProgress, fit
+from .saved import Saved, load, save
+from .sources import DEVICE_DATA_LIMIT, epoch_order
+from .state import Report, TrainState
+from .trainer import TrainStep, train_step
+
+__all__ = ["TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress",
+           "epoch_order", "predict", "accuracy", "check_labels", "save", "load", "Saved",
+           "DEVICE_DATA_LIMIT"]

@@ -1,0 +1,125 @@
+"""Where faults are decided: the one verdict on a step, the one judge of a chunk, the error.
+
+A step is accepted when its covector is finite, its new point is finite and inside the open
+parameter object, and every target is one the loss family accepts; otherwise it is refused,
+and the first refusal is recorded in the state as (kind, step, slot) — `Fault` names the
+kinds. `verdict` decides it on the device for one step (the checked step selects the old
+state where it says no); `chunk_sound` decides, for a chunk of plain steps, whether the
+checked step would have accepted every one of them; `fault_error` turns a record read back on
+the host into the catalogued error.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from categories import DomainError, Product
+from categories.errors import NonFiniteError, TargetError
+
+from ..optimisers import finite_flags
+
+
+class Fault(enum.IntEnum):
+    """The kinds of refusal a state records (`TrainState.fault[0]`).
+
+    Examples:
+        >>> Fault(4).name, int(Fault.OUTSIDE)
+        ('TARGET', 3)
+    """
+
+    NONE = 0
+    COVECTOR = 1     #: a covector with NaN or infinity
+    NEW_POINT = 2    #: a new point with NaN or infinity
+    OUTSIDE = 3      #: a new point outside the open parameter object
+    TARGET = 4       #: a target the loss family refuses (slot: the example)
+
+
+#: the record of no fault: (kind, step, slot)
+NO_FAULT = np.zeros((3,), np.int32)
+
+
+def slope(cov, targets_ok):
+    """max |p'_i| over the covector (None: nothing can move): finite exactly when the covector
+    is, and NaN where a target is refused (families that check targets on the device)."""
+    pieces = [jnp.ravel(jnp.abs(a)) for a in jax.tree_util.tree_leaves(cov)]
+    if targets_ok is not None:
+        dtype = pieces[0].dtype if pieces else jnp.result_type(float)
+        pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(dtype))
+    return jnp.max(jnp.concatenate(pieces)) if pieces else None
+
+
+def _inside_flags(space, p_new, inside):
+    """Per slot, whether the new point lies in its factor of the parameter object (the
+    optimiser's own verdict `inside` decides; the slots only say where it failed)."""
+    if isinstance(space, Product) and isinstance(p_new, tuple):
+        per = jnp.stack([S.indicator(q) for S, q in zip(space.factors, p_new)])
+    else:
+        per = jnp.reshape(space.indicator(p_new), (1,))
+    return jnp.where(inside, jnp.ones_like(per), per)
+
+
+def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
+    """(accepted, fault record) for one step, on the device: accepted when no fault was
+    pending and the covector, the new point, the open set and the targets all pass; the
+    record is the pending one, or this step's first failure (a refused target is named
+    first: it is the cause of whatever else failed)."""
+    clean = state_fault[0] == 0
+    checks = [finite_flags(cov, space), finite_flags(p_new, space),
+              _inside_flags(space, p_new, inside),
+              jnp.ones((1,), bool) if targets_ok is None else targets_ok]
+    passed = jnp.stack([jnp.all(c) for c in checks])
+    passed = passed.at[:3].set(passed[:3] | ~passed[3])
+    kind = (1 + jnp.argmin(passed)).astype(jnp.int32)
+    slot = jnp.stack([jnp.argmin(c) for c in checks])[kind - 1].astype(jnp.int32)
+    good = jnp.all(passed)
+    record = jnp.stack([kind, (count + 1).astype(jnp.int32), slot])
+    fault = jnp.where(clean & ~good, record, jnp.asarray(state_fault, jnp.int32))
+    return clean & good, fault
+
+
+def chunk_sound(start_fault, slopes, oks, end_params, persistent: bool):
+    """Whether the checked step would have accepted every step of a chunk of plain steps:
+    no fault pending at its start, every slope finite (the covector), every step's own
+    verdict (`oks`: its targets, and its new point unless the move is persistent), and the
+    last point finite. Where `persistent` (the move is p + v), non-finite coordinates stay
+    non-finite, so the last point answers for every point before it."""
+    ends = [jnp.sum(jnp.abs(a) * 0) for a in jax.tree_util.tree_leaves(end_params)]
+    sound = (start_fault[0] == 0) & jnp.isfinite(sum(ends, jnp.zeros(())))
+    if slopes is not None:
+        sound = sound & jnp.all(jnp.isfinite(slopes))
+    if oks is not None:
+        sound = sound & jnp.all(oks)
+    return sound
+
+
+def fault_error(state, record, names=None, note: str = "", spaces=None):
+    """The catalogued error for the fault record (kind, step, slot) of `state`: `.kind` (a
+    `Fault`), `.step`, `.slot`, and `.state`, the state before the faulting step (a refused
+    step changed nothing but the record, which is cleared)."""
+    kind, step, slot = (int(v) for v in np.asarray(record))
+    kind = Fault(kind)
+    name = names[slot] if names is not None and slot < len(names) else f"slot {slot}"
+    if kind is Fault.TARGET:
+        error = TargetError(f"step {step}: the target of example {slot} of the batch is not one "
+                            "the loss family accepts (a class label out of range, a probability "
+                            "outside [0, 1], NaN, ...); the step is refused and the parameters are "
+                            "left as they were")
+    elif kind is Fault.OUTSIDE:
+        where = f"{spaces[slot]!r}" if spaces is not None and slot < len(spaces) else "its space"
+        error = DomainError(f"step {step}: the update leaves the parameter object: the updated "
+                            f"point of {name} is outside {where}; the step is refused and the "
+                            f"parameters are left as they were{note}")
+    else:
+        what = "the covector" if kind is Fault.COVECTOR else "the new point"
+        error = NonFiniteError(f"step {step}: {what} of {name} contains NaN or infinity; the "
+                               "step is refused and the parameters are left as they were")
+    error.kind, error.step, error.slot = kind, step, slot
+    error.state = state._replace(fault=jnp.zeros((3,), jnp.int32))
+    return error
+
+
+__all__ = ["Fault", "NO_FAULT", "slope", "verdict", "chunk_sound", "fault_error"]

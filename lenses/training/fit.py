@@ -1,0 +1,270 @@
+"""`fit`: epochs of shuffled minibatches, or any stream of batches, many steps per dispatch.
+
+`fit` is a composition of the engine's parts: a `TrainStep` (the checked step and its
+compiled chunks, shared by equal optimisers), a source of chunks (`sources`: data held in
+memory, gathered on the device by each epoch's indices or cut on the host, or an iterable
+of batches grouped into chunks), and the scheduler (`schedule.dispatch` / `settle`). Each
+chunk is dispatched before the one before it is settled, so the device has work while the
+host reads back, records, checkpoints and calls the callbacks; a fault raises when its chunk
+is settled, naming the step, with the state before it, and the chunk dispatched after it is
+dropped.
+
+Checkpoints (`checkpoint_every=N`, `checkpoint_path=...`): chunks also end where the step
+count reaches a multiple of N, and there the state, the key and the run's progress are saved
+atomically (`saved`). `resume_from=path` continues the run a checkpoint belongs to, ending
+where it was to end, with the history it would have had: a run killed and resumed ends bit
+for bit as the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from categories.errors import CheckpointMismatch, HyperparameterError, KindError, ShapeError
+
+from . import schedule
+from .evaluate import accuracy, check_labels
+from .saved import load, save
+from .sources import InMemory, Stream, as_key, count_arg, key_data
+from .state import TrainState
+from .trainer import train_step
+
+
+class FitProgress(NamedTuple):
+    """What a callback of `fit` is given after each chunk: the epoch, the step count, the
+    state, the chunk's losses, and the history of the epochs finished so far.
+
+    Examples:
+        >>> FitProgress._fields
+        ('epoch', 'step', 'state', 'losses', 'history')
+    """
+
+    epoch: int
+    step: int
+    state: TrainState
+    losses: np.ndarray
+    history: list
+
+
+def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
+        key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
+        mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
+        max_steps: int | None = None, checkpoint_every: int | None = None,
+        checkpoint_path=None, resume_from=None, on_checkpoint=None, callbacks=()):
+    """Train for `epochs` more passes over `data`: (state, history).
+
+    `data` is a tuple (X, Y) held in memory, shuffled each epoch into batches of exactly
+    `batch_size` (the remainder dropped; `epoch_order`), or any iterable of batches (X, Y)
+    (a generator, a data loader), taken as they come, `epochs` passes (an iterator ends the
+    run when it is exhausted). `params` may be a `TrainState` to continue a run where it
+    stopped. `steps_per_dispatch` steps run in one compiled call (default: an epoch, at most
+    256, for data in memory; 32 for a stream); `on_device` puts in-memory data on the device
+    (default: under `DEVICE_DATA_LIMIT` bytes). `max_steps` stops once the state has taken
+    that many steps. `callbacks`: functions called after each chunk with a `FitProgress`;
+    one that returns True stops the run there. `progress` shows a tqdm bar (default: when
+    stderr is a terminal). The history is a list of per-epoch dicts: epoch, loss (mean over
+    the epoch's steps taken here), steps_per_s, and accuracy on `eval_data` when given.
+
+    `checkpoint_every=N` with `checkpoint_path` saves the run every N steps and calls
+    `on_checkpoint(state)` after each save; `resume_from=path` continues the run saved there
+    (if the file exists; else the run starts from `params`). Everything is checked before
+    anything is compiled (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`).
+
+    Examples:
+        Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r
+        to 0.7 r, so the epochs' mean losses ½ r² are (0.5 + 0.245)/2 and (0.12005 + 0.0588245)/2.
+
+        >>> X, Y = np.ones((8, 2)), np.zeros((8, 1))
+        >>> p = (jnp.zeros((1, 2)), jnp.ones(1))
+        >>> state, history = fit(dense(2, 1), half_squared_error, gd(0.1), p, (X, Y), epochs=2,
+        ...                      batch_size=4)
+        >>> int(state.count), [round(h["loss"], 6) for h in history]
+        (4, [0.3725, 0.089437])
+        >>> batches = [(X[:4], Y[:4])] * 3  # any iterable of batches; a callback may stop
+        >>> state, _ = fit(dense(2, 1), half_squared_error, gd(0.1), p, batches, epochs=5,
+        ...                steps_per_dispatch=1, callbacks=[lambda progress: progress.step == 4])
+        >>> int(state.count)
+        4
+    """
+    step = train_step(model, loss_family, opt, reduction, mesh)
+    plan = dict(epochs=count_arg(epochs, "epochs", 0),
+                max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
+    every = _checkpointing(checkpoint_every, checkpoint_path, resume_from, on_checkpoint)
+    callbacks = _callables(callbacks)
+    source = (InMemory if _in_memory(data) else Stream)(
+        step, data, batch_size, as_key(key), on_device, steps_per_dispatch, every)
+    if eval_data is not None:
+        if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
+            raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
+        check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
+    resumed = _resume(resume_from, step, source, key)
+    state = resumed["state"] if resumed else \
+        params if isinstance(params, TrainState) else step.init(params)
+    step.check(state)
+    run = _Run(step, source, state, plan, resumed, eval_data, every, checkpoint_path,
+               on_checkpoint, callbacks, progress)
+    return run.go()
+
+
+class _Run:
+    """One call of `fit`: the chunks in flight, the history, the checkpoints."""
+
+    def __init__(self, step, source, state, plan, resumed, eval_data, every, path,
+                 on_checkpoint, callbacks, progress):
+        self.step, self.source, self.state = step, source, state
+        self.eval_data, self.every, self.path = eval_data, every, path
+        self.on_checkpoint, self.callbacks = on_checkpoint, callbacks
+        self.first = source.first_epoch(int(state.count))
+        self.last = self.first + plan["epochs"] - 1
+        self.max_steps, self.history, self.losses = plan["max_steps"], [], []
+        if resumed:
+            self.last, self.max_steps = resumed["last"], resumed["max_steps"]
+            self.history = resumed["history"]
+            self.losses = [resumed["epoch_losses"]] if len(resumed["epoch_losses"]) else []
+        self.bar = _bar(progress, source.total(int(state.count), self.last, self.max_steps))
+        self.started, self.taken = time.perf_counter(), 0
+
+    def go(self):
+        """Dispatch each chunk, then settle the one before it: (state, history)."""
+        core, hyper, pending = self.step._core, self.step._hyper, None
+        try:
+            for chunk in self.source.chunks(int(self.state.count), self.first, self.last,
+                                            self.max_steps):
+                if chunk.first_in_epoch:
+                    self.started, self.taken = time.perf_counter(), 0
+                start = pending[1].end if pending is not None else self.state
+                nxt = schedule.dispatch(core, hyper, start, *chunk.args)
+                if pending is not None:
+                    if self._settle(*pending):
+                        return self.state, self.history
+                    if self.state is not pending[1].end:  # run again checked: from its end
+                        nxt = schedule.dispatch(core, hyper, self.state, *chunk.args)
+                pending = (chunk, nxt)
+            if pending is not None:
+                self._settle(*pending)
+        finally:
+            self.bar.close()
+        return self.state, self.history
+
+    def _settle(self, chunk, pending) -> bool:
+        """Judge a chunk, record it; True when a callback asks to stop."""
+        try:
+            self.state, rows = schedule.settle(self.step._core, self.step._hyper, pending,
+                                               self.step._describe)
+        except Exception as error:  # noqa: BLE001 - a fault: the history so far travels with it
+            error.history = self.history
+            raise
+        self.losses.append(rows[:, 0])
+        self.taken += len(rows)
+        count = int(self.state.count)
+        if self.every and count % self.every == 0 and not chunk.last_in_epoch:
+            self._checkpoint()  # mid-epoch: the epoch's losses so far
+        self.bar.set_description(f"epoch {chunk.epoch}/{self.last}", refresh=False)
+        self.bar.set_postfix(loss=f"{float(rows[-1, 0]):.4g}", refresh=False)
+        self.bar.update(len(rows))
+        if chunk.last_in_epoch:
+            self._end_epoch(chunk)
+        event = FitProgress(chunk.epoch, count, self.state, rows[:, 0], self.history)
+        return any(bool(f(event)) for f in self.callbacks)
+
+    def _end_epoch(self, chunk):
+        losses = np.concatenate(self.losses)
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        record = {"epoch": chunk.epoch, "loss": float(np.mean(losses)),
+                  "steps_per_s": self.taken / elapsed}
+        if self.eval_data is not None:
+            record["accuracy"] = accuracy(self.step.model, self.state.params, *self.eval_data)
+        self.history.append(record)
+        self.losses = []
+        if self.every and int(self.state.count) % self.every == 0:
+            self._checkpoint()  # at the epoch's end: its record is in the history
+
+    def _checkpoint(self):
+        losses = np.concatenate(self.losses) if self.losses else np.zeros((0,))
+        plan = dict(last=self.last, max_steps=self.max_steps, **self.source.identity())
+        save(self.path, self.state, self.step.model, self.step.opt, self.source.key,
+             fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses})
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.state)
+
+
+def _bar(progress, total):
+    from tqdm.auto import tqdm
+
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    return tqdm(total=total, disable=not show, unit="step", leave=True)
+
+
+# -- the edge: what fit is given, checked once before anything is compiled ---------------------
+
+def _in_memory(data) -> bool:
+    """(X, Y) as a tuple, or a list [X, Y] of two arrays; anything else is an iterable of
+    batches."""
+    if isinstance(data, tuple):
+        return True
+    return isinstance(data, list) and len(data) == 2 and hasattr(data[0], "shape")
+
+
+def _path(x, name: str):
+    if x is not None and not isinstance(x, (str, os.PathLike)):
+        raise KindError(f"{name} must be a file path (str or os.PathLike), got {x!r}")
+    return x
+
+
+def _checkpointing(every, path, resume_from, on_checkpoint):
+    _path(path, "checkpoint_path")
+    _path(resume_from, "resume_from")
+    if on_checkpoint is not None and not callable(on_checkpoint):
+        raise KindError(f"on_checkpoint must be a function state -> None, got {on_checkpoint!r}")
+    every = None if every is None else count_arg(every, "checkpoint_every", 1)
+    if every is not None and path is None:
+        raise HyperparameterError("checkpoint_every needs checkpoint_path, the file to save to")
+    if path is not None and every is None:
+        raise HyperparameterError("checkpoint_path needs checkpoint_every=N, how many steps "
+                                  "apart to save the run")
+    return every
+
+
+def _callables(callbacks):
+    callbacks = [callbacks] if callable(callbacks) else list(callbacks)
+    for f in callbacks:
+        if not callable(f):
+            raise KindError(f"callbacks must be functions FitProgress -> bool | None, got {f!r}")
+    return callbacks
+
+
+def _resume(path, step, source, key):
+    """The run saved at `path` (None when there is no such file): its state, key, history,
+    losses of the epoch in progress and planned end, checked against this call."""
+    if path is None or not os.path.exists(path):
+        return None
+    if not source.resumable:
+        raise HyperparameterError("resume_from needs the data in memory, (X, Y): the position "
+                                  "of an iterable of batches cannot be restored")
+    saved = load(path, step.model, step.opt)
+    progress = saved.info.get("fit")
+    if not progress:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} holds a state but no run's progress: "
+                                 "pass the loaded state as params to continue it instead")
+    mine = source.identity()
+    if {k: progress.get(k) for k in mine} != mine:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} belongs to a run over {progress.get('n')} "
+                                 f"examples in batches of {progress.get('batch_size')}, not "
+                                 f"{mine.get('n')} in batches of {mine.get('batch_size')}")
+    if saved.key is None:
+        raise CheckpointMismatch(f"{os.fspath(path)!r} holds no RNG key")
+    if key is not None and not np.array_equal(key_data(as_key(key)), key_data(saved.key)):
+        raise CheckpointMismatch(f"{os.fspath(path)!r} belongs to a run with another key: "
+                                 "pass key=None (or the run's key) to resume it")
+    source.key = saved.key
+    return dict(state=saved.state, history=list(progress["history"]), last=progress["last"],
+                max_steps=progress["max_steps"],
+                epoch_losses=np.asarray(saved.info["extra"]["epoch_losses"]))
+
+
+__all__ = ["fit", "FitProgress"]

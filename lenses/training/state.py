@@ -1,0 +1,117 @@
+"""The training state and the report of a step: plain values.
+
+`TrainState` is an immutable NamedTuple of arrays, a pytree like any other: flattening it,
+pickling it, copying it, passing it to `jax.jit` or across threads has no side effect, and
+nothing about it is computed later. A `Report` holds what a step computed for the user to
+read (its loss and largest slope, packed in one small array so that reading it is one
+transfer) and the state the step reached, whose fault record it raises when read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .faults import Fault, fault_error
+
+
+class TrainState(NamedTuple):
+    """(parameters p, optimiser state s, number of steps taken, first fault not yet seen).
+
+    `fault` is (kind, step, slot), kind a `Fault` (0: none), `step` the number (from 1) of
+    the refused step and `slot` the parameter slot (for a refused target: the example).
+
+    Examples:
+        >>> state = TrainState(jnp.zeros(2), (), jnp.asarray(3), jnp.zeros(3, jnp.int32))
+        >>> state.check() is state
+        True
+        >>> state._replace(fault=jnp.array([1, 4, 0], jnp.int32)).check()
+        Traceback (most recent call last):
+        ...
+        categories.errors.NonFiniteError: step 4: the covector of slot 0 contains NaN or infinity; ...
+    """
+
+    params: Any
+    opt_state: Any
+    count: Any
+    fault: Any
+
+    def check(self, names=None, note: str = "", spaces=None) -> "TrainState":
+        """Raise the recorded fault (a synchronisation point); else return the state."""
+        record = np.asarray(self.fault)
+        if record[0]:
+            raise fault_error(self, record, names, note, spaces)
+        return self
+
+    def _repr_html_(self) -> str:
+        kind = Fault(int(np.asarray(self.fault)[0]))
+        leaves = [np.asarray(a) for a in _leaves(self.params)]
+        size = sum(a.size for a in leaves)
+        fault = "none" if kind is Fault.NONE else f"{kind.name.lower()} at step {int(self.fault[1])}"
+        return (f"<b>TrainState</b>: {int(self.count)} steps, {size} parameters in "
+                f"{len(leaves)} arrays, fault: {fault}")
+
+
+def _leaves(tree):
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)
+
+
+class Report:
+    """What one step (or a chunk of steps) reports: the loss of the batch at the evaluation
+    point and max |p'_i| (None: nothing can move), arrays over the steps of a chunk.
+
+    Reading either is a synchronisation point: a fault recorded in the state the step reached
+    (by this step or an earlier one) is raised first, naming the step and the slot.
+
+    Examples:
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step(state, jnp.ones((4, 2)), jnp.full((4, 1), jnp.nan))
+        >>> report.loss
+        Traceback (most recent call last):
+        ...
+        categories.errors.NonFiniteError: step 1: the covector of slot 0 (dense(2→1)) contains NaN or infinity; ...
+    """
+
+    __slots__ = ("_summary", "_host", "_state", "_moves", "_describe")
+
+    def __init__(self, summary, state: TrainState, moves: bool, describe=(None, "", None)):
+        self._summary, self._host, self._state = summary, None, state
+        self._moves, self._describe = moves, describe
+
+    def check(self) -> "Report":
+        """Raise the fault the step's state records; else return the report."""
+        if self._host is None:
+            host = np.asarray(self._summary)  # loss, slope, fault kind: one transfer
+            if np.any(host[..., 2]):
+                self._state.check(*self._describe)
+            self._host = host
+        return self
+
+    @property
+    def loss(self):
+        return self.check()._host[..., 0]
+
+    @property
+    def largest_slope(self):
+        return self.check()._host[..., 1] if self._moves else None
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, fields):
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def __repr__(self):
+        return f"Report(loss={self.loss}, largest_slope={self.largest_slope})"
+
+    def _repr_html_(self) -> str:
+        return f"<b>Report</b>: loss {np.round(self.loss, 6)}, largest slope " \
+               f"{None if self.largest_slope is None else np.round(self.largest_slope, 6)}"
+
+
+__all__ = ["TrainState", "Report"]

@@ -1,0 +1,201 @@
+"""What one step computes, written once: covectors, sharp, move, and the verdict on them.
+
+One step is two phases, as the theory requires. Phase one computes every covector: the
+batched forward pass at the optimiser's lookahead point keeps its intermediates, the loss
+supplies dL at the output, and the backward pass deposits one covector on each parameter
+slot (added over the batch; with a mesh, added across devices too). Phase two sharpens the
+covectors and moves the point; nothing has moved before every covector is known.
+
+`StepCore` holds the two traceable forms of the step over one model, loss family,
+optimiser structure, reduction and mesh: the *checked* step (`checked`), which asks
+`faults.verdict` and keeps the old state, bit for bit, where the verdict is no, recording the
+fault; and the *plain* step (`plain`), the same move without the selection, which chunks
+scan and `faults.chunk_sound` judges as a whole. The optimiser's numbers (learning rate,
+momentum, ...) are arguments of both (`Optimiser.hyperparams`), so a core, and every
+compilation it holds, is shared by all optimisers equal but for their numbers
+(`core_for`). The structure of the state and the batch is checked while a step is traced,
+that is once per compiled signature.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from categories import Covector, Product
+from categories.errors import ShapeError, SpaceMismatch
+from categories.spaces import euclidean
+
+from ..losses import batch_loss
+from ..metrics import Context, Metric
+from ..optimisers import check_params, slot_names
+from ..para_lens import batched, check_batch
+from .faults import slope, verdict
+from .state import TrainState
+
+tree_map = jax.tree_util.tree_map
+
+
+class StepCore:
+    """The traceable step (state, X, Y) ↦ (state', (loss, slope)) for a model `model`: A → B
+    with parameter object P, a loss family on B, an optimiser structure `template` (its
+    numbers come as the argument `hyper`), a reduction over the batch, and a mesh or None."""
+
+    def __init__(self, model, family, template, reduction, mesh, axis):
+        self.model, self.family, self.template = model, family, template
+        self.reduction, self.mesh, self.axis = reduction, mesh, axis
+        self._treedef = jax.tree_util.tree_structure(model.param.zeros())
+        space, metric = model.param, template.metric
+        # p + v, where non-finite coordinates persist: the last point of a chunk then
+        # answers for every point before it (`faults.chunk_sound`)
+        self.persistent = euclidean(space) and getattr(type(metric), "retract", None) is \
+            getattr(Metric, "retract")
+        self.moves = bool(jax.tree_util.tree_leaves(model.param.zeros()))
+        self.traces = {}  # how many times each compiled function was traced (for tests)
+        self.compiled = {}
+
+    # -- phase one ---------------------------------------------------------------------------
+    def _covectors(self, p_eval, X, Y, reduction):
+        out, pull = batched(self.model).vjp(X, p_eval)
+        L = batch_loss(self.family, Y, reduction)
+        loss, c = jax.value_and_grad(L.fn)(out)
+        _, p_cov = pull(c)
+        return loss, p_cov.value
+
+    def _sharded_covectors(self, p_eval, X, Y):
+        n, axis = X.shape[0], self.axis
+        P, rep = PartitionSpec(axis), PartitionSpec()
+
+        def local(p, x, y):
+            loss, cov = self._covectors(p, x, y, "sum")
+            return jax.lax.psum((loss, cov), axis)  # covectors landing on one slot are added
+
+        # check_vma=False: the covector of the replicated p is then this device's own (autodiff
+        # does not sum it already), so the one explicit psum above is the sum over devices.
+        loss, cov = jax.shard_map(local, mesh=self.mesh, in_specs=(rep, P, P),
+                                  out_specs=rep, check_vma=False)(p_eval, X, Y)
+        if self.reduction == "mean":
+            loss, cov = loss / n, tree_map(lambda a: a / n, cov)
+        return loss, cov
+
+    def validate(self, state, X, Y):
+        """What is checked once per compiled signature, while the step is traced."""
+        if jax.tree_util.tree_structure(state.params) != self._treedef:
+            check_params(self.model.param, state.params, slot_names(self.model))
+            raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
+        n = check_batch(self.model.dom, X, f"the batch for {self.model.name}")
+        Y = self.family.check_targets(Y, self.model.cod)  # shapes here; values: `targets_ok`
+        if np.shape(Y)[0] != n:
+            raise ShapeError(f"the batch for {self.model.name} has {n} inputs but "
+                             f"{np.shape(Y)[0]} targets")
+
+    def _propose(self, hyper, state, X, Y):
+        """Both phases, unchecked: (s', p'', inside, covector, loss, slope, targets_ok)."""
+        self.validate(state, X, Y)
+        # The numbers reach the arithmetic as opaque values, whether they came as arguments
+        # (a call, a chunk) or as constants (`step_fn` under a user's jit): XLA folds neither,
+        # so both compile to the same arithmetic.
+        hyper = jax.lax.optimization_barrier(hyper)
+        opt, space = self.template.with_hyperparams(hyper), self.model.param
+        p_eval = opt.lookahead(state.opt_state, state.params, space)
+        if self.mesh is None:
+            loss, cov = self._covectors(p_eval, X, Y, self.reduction)
+        else:
+            loss, cov = self._sharded_covectors(p_eval, X, Y)
+        ctx = Context(self.model, self.family, X, Y, self.reduction)
+        # Phase two: nothing has moved until every covector is known.
+        s_new, p_new, inside = opt.propose(state.opt_state, state.params, Covector(cov, space),
+                                           ctx, space)
+        targets_ok = self.family.targets_ok(Y)
+        return s_new, p_new, inside, cov, loss, slope(cov, targets_ok), targets_ok
+
+    # -- the two forms of the step ---------------------------------------------------------
+    def checked(self, hyper, state, X, Y):
+        """The step with its fault record: a refused step keeps parameters and optimiser
+        state bit for bit and records (kind, step, slot); later steps are no-ops until the
+        fault is seen. (state', (loss, slope))."""
+        s_new, p_new, inside, cov, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
+        ok, fault = verdict(state.fault, state.count, cov, p_new, inside, targets_ok,
+                            self.model.param)
+        params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
+                                     (p_new, s_new), (state.params, state.opt_state))
+        count = state.count + ok.astype(state.count.dtype)
+        return TrainState(params, opt_state, count, fault), (loss, sl)
+
+    def plain(self, hyper, state, X, Y):
+        """The same move without the selection: (state', (loss, slope), ok). `ok` is the
+        step's own verdict on its targets and, unless the move is persistent (p + v), its new
+        point (None: nothing to judge); agrees bit for bit with `checked` on every step that
+        `checked` accepts."""
+        s_new, p_new, inside, _, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
+        # The targets are judged by their own reduction, not through the NaN they put in the
+        # slope: a maximum reduced across devices need not carry a NaN.
+        checks = [] if targets_ok is None else [jnp.all(targets_ok)]
+        if not self.persistent:
+            checks += [jnp.asarray(inside)] + [jnp.all(jnp.isfinite(a))
+                                               for a in jax.tree_util.tree_leaves(p_new)]
+        ok = jnp.all(jnp.stack(checks)) if checks else None
+        return TrainState(p_new, s_new, state.count + 1, state.fault), (loss, sl), ok
+
+    # -- compiled forms ----------------------------------------------------------------------
+    def row(self, loss, sl, kind):
+        """What a step reports, packed as one array (read back in one transfer)."""
+        parts = [loss, jnp.zeros_like(loss) if sl is None else sl]
+        dtype = jnp.result_type(*parts)
+        return jnp.stack([a.astype(dtype) for a in parts] + [jnp.asarray(kind).astype(dtype)])
+
+    def jit(self, name, fn, batch_dims=1):
+        """`fn(hyper, state, *batch)` compiled once per core (and per signature), counted."""
+        if name not in self.compiled:
+            def counted(*args):
+                self.traces[name] = self.traces.get(name, 0) + 1
+                return fn(*args)
+
+            if self.mesh is None:
+                self.compiled[name] = jax.jit(counted)
+            else:
+                rep = NamedSharding(self.mesh, PartitionSpec())
+                spec = PartitionSpec(*([None] * (batch_dims - 1) + [self.axis]))
+                batch = NamedSharding(self.mesh, spec)
+                self.compiled[name] = jax.jit(counted, in_shardings=(rep, rep, batch, batch),
+                                              out_shardings=rep)
+        return self.compiled[name]
+
+    def call(self):
+        """The compiled checked step: (hyper, state, X, Y) ↦ (state', row)."""
+        def one(hyper, state, X, Y):
+            new, (loss, sl) = self.checked(hyper, state, X, Y)
+            return new, self.row(loss, sl, new.fault[0])
+        return self.jit("call", one)
+
+
+_CORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def core_for(model, fixed, family, opt, reduction, mesh, axis) -> StepCore:
+    """The core for these arguments, made once: equal loss families and optimisers equal but
+    for their numbers (`Optimiser.key`) share it, and so share its compilations."""
+    try:
+        per_model = _CORES.setdefault(model, {})
+    except TypeError:  # a model that cannot be weakly referenced: a core of its own
+        per_model = {}
+    key = (family, opt.key(), reduction, mesh, axis)
+    try:
+        core = per_model.get(key)
+    except TypeError:  # something unhashable in the configuration
+        return StepCore(fixed, family, opt, reduction, mesh, axis)
+    if core is None:
+        core = per_model[key] = StepCore(fixed, family, opt, reduction, mesh, axis)
+    return core
+
+
+def slot_spaces(model) -> list:
+    P = model.param
+    return list(P.factors) if isinstance(P, Product) else [P]
+
+
+__all__ = ["StepCore", "core_for"]

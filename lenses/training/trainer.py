@@ -1,0 +1,196 @@
+"""`train_step`: the user's handle on the engine — one checked step per call, or many steps
+in one dispatch when asked for (`TrainStep.run`).
+
+Each call does what it says when it is made: `step(state, X, Y)` dispatches the checked
+step now (JAX's dispatch is asynchronous: nothing is read back) and returns the new state
+and a report. A refused step (NaN or infinity in a covector or the new point, a point
+leaving an open parameter object, a target out of range) keeps the parameters and the
+optimiser state as they were, records the fault in the state, and makes later steps no-ops
+until the fault is seen: reading a report, `state.check()` or `step.check(state)`, or the end
+of `step.run`, which raises naming the step, the kind and the slot, with `.state`, the state
+before the faulting step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from categories import Product
+from categories.errors import HyperparameterError, KindError, ParalensError, ShapeError
+
+from ..losses import loss_family as as_loss_family
+from ..optimisers import Optimiser, check_params, from_optax, slot_names
+from ..para_lens import need_lens
+from . import schedule
+from .state import Report, TrainState
+from .step import core_for
+
+
+class TrainStep:
+    """(state, X, Y) ↦ (state', report): one checked step of learning for a model A → B with
+    parameter object P, a loss family on B and an optimiser, compiled once per signature
+    (and shared by every `TrainStep` over an equal loss family and an optimiser equal but for
+    its numbers: a sweep of learning rates compiles once).
+
+    Examples:
+        Residual r = w·x + b with x = (1, 1) and target 0: each step of gd(0.1) takes r to
+        0.7 r, so the losses ½ r² are 0.5, 0.245, 0.12005.
+
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step.run(state, jnp.ones((3, 4, 2)), jnp.zeros((3, 4, 1)))
+        >>> int(state.count), report.loss.round(5).tolist()
+        (3, [0.5, 0.245, 0.12005])
+    """
+
+    def __init__(self, model, loss_family, opt, reduction: str = "mean", mesh=None,
+                 axis: str | None = None):
+        if reduction not in ("sum", "mean"):
+            raise HyperparameterError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+        need_lens(model, "train_step")
+        if isinstance(opt, optax.GradientTransformation):
+            opt = from_optax(opt)
+        if not isinstance(opt, Optimiser):
+            raise KindError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
+        if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+            raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
+        fixed = model.fixed("train_step")
+        self.model, self.loss_family, self.opt = fixed, as_loss_family(loss_family), opt
+        self.reduction, self.mesh = reduction, mesh
+        self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
+        if mesh is not None and self.axis not in mesh.axis_names:
+            raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
+        self.names = slot_names(fixed)
+        P = fixed.param
+        self.spaces = list(P.factors) if isinstance(P, Product) and len(self.names) > 1 else [P]
+        self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis)
+        self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
+        if mesh is not None:
+            self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
+        self._call = self._core.call()
+        self._describe = (self.names, opt._note(), self.spaces)
+
+    def init(self, params) -> TrainState:
+        """The state (p, s₀, 0, no fault) for the initial point p."""
+        check_params(self.model.param, params, self.names)
+        self.model.param.check(params, "the initial parameters")
+        state = TrainState(params, self.opt.init(params), jnp.zeros((), jnp.int32),
+                           jnp.zeros((3,), jnp.int32))
+        if self.mesh is not None:  # replicated over the mesh, across processes too
+            state = jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
+        return state
+
+    def global_batch(self, local, steps: bool = False):
+        """The batch split over the mesh from this process's own rows of it
+        (`jax.make_array_from_process_local_data`: each process feeds its shard); with
+        `steps`, a stack of batches (a leading axis of steps, split along the next)."""
+        spec = PartitionSpec(None, self.axis) if steps else PartitionSpec(self.axis)
+        sharding = NamedSharding(self.mesh, spec)
+        return jax.tree_util.tree_map(
+            lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)), local)
+
+    def __call__(self, state: TrainState, X, Y):
+        """Dispatch the checked step now: (state', report). Nothing is read back."""
+        _need_state(state)
+        if self.mesh is not None:
+            self._check_split(np.shape(X)[0] if np.ndim(X) else 0)
+        try:
+            new, row = self._call(self._hyper, state, X, Y)
+        except ParalensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing (a string batch)
+            self._diagnose(state, X, Y, e)
+            raise
+        return new, Report(row, new, self._core.moves, self._describe)
+
+    def run(self, state: TrainState, Xs, Ys):
+        """Many steps in one dispatch: `Xs`, `Ys` stack k batches (a leading axis of steps).
+        Runs them as one `lax.scan`, judges the chunk when it ends and, where a step would
+        be refused, runs it again step by step checked and raises the fault (step, kind,
+        slot, `.state`). Returns (state', report) with the reports of the k steps as arrays;
+        state and reports are those of k calls of the step, bit for bit."""
+        _need_state(state)
+        k = _steps(Xs, "Xs")
+        if _steps(Ys, "Ys") != k:
+            raise ShapeError(f"run needs as many stacked targets as batches: {k} batches of "
+                             f"inputs, {_steps(Ys, 'Ys')} of targets")
+        if self.mesh is not None:
+            self._check_split(np.shape(Xs)[1] if np.ndim(Xs) > 1 else 0)
+        try:
+            new, rows = schedule.run(self._core, self._hyper, state, (Xs, Ys), self._describe)
+        except ParalensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing
+            self._diagnose(state, *jax.tree_util.tree_map(lambda a: a[0], (Xs, Ys)), e)
+            raise
+        return new, Report(rows, new, self._core.moves, self._describe)
+
+    def step_fn(self, state, X, Y):
+        """The traceable checked step with this optimiser's numbers: (state', (loss, slope))
+        (slope None where nothing can move). What a call compiles; scan it, vmap it."""
+        return self._core.checked(self._hyper, state, X, Y)
+
+    def check(self, state: TrainState) -> TrainState:
+        """Raise the fault `state` records, naming the step and the slot (a synchronisation
+        point); else return the state."""
+        _need_state(state)
+        return state.check(*self._describe)
+
+    @property
+    def traces(self) -> dict:
+        """How many times each compiled function of this step's engine was traced."""
+        return dict(self._core.traces)
+
+    def _check_split(self, n):
+        devices = self.mesh.shape[self.axis]
+        if n % devices:
+            raise ShapeError(f"a batch of {n} cannot be split evenly over the {devices} devices "
+                             f"of mesh axis {self.axis!r}")
+
+    def _diagnose(self, state, X, Y, error):
+        """After the compiled call failed with an error of JAX's: the catalogued error that
+        names the cause, if the host-side checks find one (else the caller re-raises JAX's)."""
+        try:
+            self._core.validate(state, X, Y)
+        except ParalensError as mine:
+            raise mine from error
+
+    def __repr__(self):
+        return f"train_step({self.model.name}, {self.opt!r}, reduction={self.reduction!r})"
+
+
+def _need_state(state) -> None:
+    if not isinstance(state, TrainState):
+        raise KindError(f"a training step takes a TrainState (from step.init(params)), got "
+                        f"{type(state).__name__}: pass step.init(params), not the parameters")
+
+
+def _steps(stack, name: str) -> int:
+    leaves = jax.tree_util.tree_leaves(stack)
+    if not leaves or np.ndim(leaves[0]) == 0:
+        raise ShapeError(f"run needs {name} stacked with a leading axis of steps, got "
+                         f"{type(stack).__name__}")
+    k = int(np.shape(leaves[0])[0])
+    if k < 1:
+        raise ShapeError(f"run needs at least one stacked batch in {name}, got 0")
+    return k
+
+
+def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis=None) -> TrainStep:
+    """The checked step (state, X, Y) ↦ (state', report) for `model` under `loss_family`.
+
+    Examples:
+        >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+        >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+        >>> state, report = step(state, jnp.ones((4, 2)), jnp.zeros((4, 1)))
+        >>> int(state.count), float(report.loss), float(report.largest_slope)
+        (1, 0.5, 1.0)
+    """
+    return TrainStep(model, loss_family, opt, reduction, mesh, axis)
+
+
+__all__ = ["TrainStep", "train_step"]
