@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 NOTEBOOKS = ("backprop_by_hand.ipynb", "laws.ipynb", "inner_products.ipynb",
-             "reparameterisation.ipynb", "open_sets.ipynb")
+             "reparameterisation.ipynb", "open_sets.ipynb", "hyperbolic.ipynb",
+             "fisher.ipynb")
 
 slow = pytest.mark.slow  # a few seconds to a minute each: JAX start-up and compilation
 
