@@ -178,3 +178,28 @@ def test_a_plain_function_is_a_lens_and_bad_input_is_refused():
         from_function(f, params, R(4))
     with pytest.raises(KindError, match="to_flax needs a lens made by from_flax"):
         to_flax(lens, p)
+
+
+def test_flax_model_composed_with_dense_trains_with_fit_as_jax_grad_of_the_composite():
+    """A Flax NNX model ≫ a library layer, trained by `fit` (full batches): the same points as
+    gradient descent on jax.grad of the whole composite written here."""
+    X, Y = data(n=16, seed=6)
+    Y = Y[:, :1]
+    lens = from_flax(FlaxMLP(nnx.Rngs(3)), R(3))
+    model = lens >> dense(2, 1)
+    p0 = (lens.init(None), (jnp.asarray([[0.2, -0.4]]), jnp.asarray([0.05])))
+    state, history = fit(model, half_squared_error, gd(0.1), p0, (X, Y), epochs=5, batch_size=16)
+    assert history[-1]["loss"] < history[0]["loss"]
+
+    def loss(p):
+        h = jax.vmap(lambda x: lens.forward(x, p[0]))(X)
+        z = h @ p[1][0].T + p[1][1][None, :]
+        return jnp.mean(0.5 * jnp.sum((z - Y) ** 2, axis=1))
+
+    p = p0
+    for _ in range(5):
+        p = jax.tree_util.tree_map(lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p))
+    assert_close(state.params, p, what="the composite trained by fit", atol=1e-9, rtol=1e-9)
+    trained = to_flax(lens, state.params[0])
+    assert_close(trained(X), jax.vmap(lambda x: lens.forward(x, state.params[0]))(X),
+                 what="predictions of the module given back", **TOL)

@@ -167,7 +167,8 @@ class StepCore:
             def fn(hyper, state, a, b, k):
                 self.traces[kind] = self.traces.get(kind, 0) + 1
                 if kind == "call":
-                    state, rows = self.steps(hyper, state, a[None], b[None], k, False)
+                    a, b = tree_map(lambda v: v[None], (a, b))  # a stack of one batch
+                    state, rows = self.steps(hyper, state, a, b, k, False)
                     return state, rows[0]
                 return self.steps(hyper, state, a, b, k, kind == "gather")
 

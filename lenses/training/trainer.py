@@ -99,7 +99,7 @@ class TrainStep:
         """Dispatch the checked step now: (state', report). Nothing is read back."""
         _need_state(state)
         if self.mesh is not None:
-            self._check_split(np.shape(X)[0] if np.ndim(X) else 0)
+            self._check_split(_rows(X))
         X, Y = _own(X), _own(Y)
         try:
             new, row = self._call(self._hyper, state, X, Y, self._one)
@@ -123,7 +123,7 @@ class TrainStep:
             raise ShapeError(f"run needs as many stacked targets as batches: {k} batches of "
                              f"inputs, {_steps(Ys, 'Ys')} of targets")
         if self.mesh is not None:
-            self._check_split(np.shape(Xs)[1] if np.ndim(Xs) > 1 else 0)
+            self._check_split(_rows(jax.tree_util.tree_map(lambda a: a[0], Xs)))
         Xs, Ys = _own(Xs), _own(Ys)
         try:
             new, rows = schedule.run(self._core, self._hyper, state, (Xs, Ys), self._describe)
@@ -174,11 +174,17 @@ def _need_state(state) -> None:
                         f"{type(state).__name__}: pass step.init(params), not the parameters")
 
 
-def _own(a):
+def _own(batch):
     """A numpy batch copied: on the CPU, JAX may read a numpy argument's memory in place while
     the step runs, after the call has returned, and a buffer the caller refills for the next
     step would then change this one. The step reads the batch as it was at the call."""
-    return a.copy() if type(a) is np.ndarray else a
+    return jax.tree_util.tree_map(lambda a: a.copy() if type(a) is np.ndarray else a, batch)
+
+
+def _rows(batch) -> int:
+    """The number of examples of a batch (its first leaf's leading axis; 0 if none)."""
+    leaves = jax.tree_util.tree_leaves(batch)
+    return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else 0
 
 
 def _steps(stack, name: str) -> int:
