@@ -37,10 +37,6 @@ class Fault(enum.IntEnum):
     TARGET = 4       #: a target the loss family refuses (slot: the example)
 
 
-#: the record of no fault: (kind, step, slot)
-NO_FAULT = np.zeros((3,), np.int32)
-
-
 def slope(cov, targets_ok):
     """max |p'_i| over the covector (None: nothing can move): finite exactly when the covector
     is, and NaN where a target is refused (families that check targets on the device)."""
@@ -106,4 +102,4 @@ def fault_error(state, record, names=None, note: str = "", spaces=None):
     return error
 
 
-__all__ = ["Fault", "NO_FAULT", "slope", "verdict", "fault_error"]
+__all__ = ["Fault", "slope", "verdict", "fault_error"]

@@ -151,7 +151,7 @@ class _Run:
     def _settle(self, chunk, pending) -> bool:
         """Judge a chunk, record it; True when a callback asks to stop."""
         try:
-            self.state, rows = schedule.settle(self.step._core, pending, self.step._describe)
+            self.state, rows = schedule.settle(pending, self.step._describe)
         except Exception as error:  # noqa: BLE001 - a fault: the history so far travels with it
             error.history = self.history
             raise

@@ -38,6 +38,7 @@ from categories.errors import (CheckpointError, CheckpointMismatch, KindError, P
                                SpaceMismatch)
 
 from .state import TrainState
+from .step import slot_spaces
 from .trainer import TrainStep
 from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
 from ..para_lens import _leaf_shapes, _tree_mismatch, need_lens
@@ -169,7 +170,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     meta = {
         "format": FORMAT, "version": VERSION,
         "model": model.term(), "param_space": repr(model.param),
-        "slots": [[n, repr(s)] for n, s in zip(names, _slot_spaces(model))],
+        "slots": [[n, repr(s)] for n, s in zip(names, slot_spaces(model))],
         "params": [p for p, _ in params], "opt_state": [p for p, _ in opt_state],
         "opt_state_tree": str(jax.tree_util.tree_structure(state.opt_state)),
         "optimiser": repr(opt) if opt is not None else None,
@@ -209,7 +210,7 @@ def _check_save(path, state, model):
 def _check_slots(path, meta, model) -> list:
     """The model's slot names, if the file's slots are the model's, else `CheckpointMismatch`
     naming the first that differs."""
-    names, spaces = slot_names(model), _slot_spaces(model)
+    names, spaces = slot_names(model), slot_spaces(model)
     saved_slots = meta.get("slots") or []
     for i, (name, space) in enumerate(zip(names, spaces)):
         if i >= len(saved_slots) or saved_slots[i][1] != repr(space):
@@ -221,12 +222,6 @@ def _check_slots(path, meta, model) -> list:
         raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for {meta.get('model')!r} with "
                                  f"{len(saved_slots)} slots, not {model.term()!r} with {len(names)}")
     return names
-
-
-def _slot_spaces(model) -> list:
-    P, names = model.param, slot_names(model)
-    from categories import Product
-    return list(P.factors) if isinstance(P, Product) and len(names) > 1 else [P]
 
 
 # -- load ----------------------------------------------------------------------------------------

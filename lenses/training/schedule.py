@@ -41,7 +41,7 @@ def dispatch(core, hyper, state, data, idx=None) -> Pending:
     return Pending(end, rows)
 
 
-def settle(core, pending: Pending, describe):
+def settle(pending: Pending, describe):
     """(state, rows on the host) of a chunk, a synchronisation point; a fault recorded in its
     end state raises (`faults.fault_error`: step, kind, slot, and the state before it)."""
     rows, record = jax.device_get((pending.rows, pending.end.fault))
@@ -52,7 +52,7 @@ def settle(core, pending: Pending, describe):
 
 def run(core, hyper, state, data, describe, idx=None):
     """A chunk dispatched and settled: (state, rows)."""
-    return settle(core, dispatch(core, hyper, state, data, idx), describe)
+    return settle(dispatch(core, hyper, state, data, idx), describe)
 
 
 __all__ = ["Pending", "dispatch", "settle", "run"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from .faults import Fault, fault_error
@@ -46,17 +47,11 @@ class TrainState(NamedTuple):
 
     def _repr_html_(self) -> str:
         kind = Fault(int(np.asarray(self.fault)[0]))
-        leaves = [np.asarray(a) for a in _leaves(self.params)]
+        leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(self.params)]
         size = sum(a.size for a in leaves)
         fault = "none" if kind is Fault.NONE else f"{kind.name.lower()} at step {int(self.fault[1])}"
         return (f"<b>TrainState</b>: {int(self.count)} steps, {size} parameters in "
                 f"{len(leaves)} arrays, fault: {fault}")
-
-
-def _leaves(tree):
-    import jax
-
-    return jax.tree_util.tree_leaves(tree)
 
 
 class Report:

@@ -208,8 +208,10 @@ def core_for(model, fixed, family, opt, reduction, mesh, axis) -> StepCore:
 
 
 def slot_spaces(model) -> list:
+    """The parameter object of each slot `slot_names` names: the factors of a chain's product,
+    else the whole parameter object."""
     P = model.param
-    return list(P.factors) if isinstance(P, Product) else [P]
+    return list(P.factors) if isinstance(P, Product) and len(slot_names(model)) > 1 else [P]
 
 
 __all__ = ["StepCore", "core_for"]

@@ -19,7 +19,6 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from categories import Product
 from categories.errors import HyperparameterError, KindError, ParalensError, ShapeError
 
 from ..losses import loss_family as as_loss_family
@@ -27,7 +26,7 @@ from ..optimisers import Optimiser, check_params, from_optax, slot_names
 from ..para_lens import need_lens
 from . import schedule
 from .state import Report, TrainState
-from .step import core_for
+from .step import core_for, slot_spaces
 
 
 class TrainStep:
@@ -65,8 +64,7 @@ class TrainStep:
         if mesh is not None and self.axis not in mesh.axis_names:
             raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
-        P = fixed.param
-        self.spaces = list(P.factors) if isinstance(P, Product) and len(self.names) > 1 else [P]
+        self.spaces = slot_spaces(fixed)
         self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis)
         self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
         self._one = jnp.asarray(1, jnp.int32)  # a call is the loop of one step (`StepCore.steps`)
