@@ -10,9 +10,19 @@ report a broken recompute rule or parallel product. The default profile therefor
 shrinking to SHRINK_SECONDS (or skips it, should Hypothesis no longer offer the bound), skips
 the "explain" phase (more re-runs), and stops at the first bug. The number of examples run
 when the laws hold is unchanged. For a fully shrunk report: HYPOTHESIS_PROFILE=shrink pytest ...
+
+One compilation cache for the whole run. Un-jitted JAX compiles every operation once per
+shape (about 50 ms each on the CPU), and the run's processes (the xdist workers, the
+examples, the notebooks' kernels, the multi-process tests) meet many of the same operations
+at the same shapes. `pytest_configure` points JAX's persistent compilation cache, for every
+process the run starts, at a directory made fresh for the run and removed at its end, so each
+operation is compiled once per run rather than once per process. (The cache returns the very
+executable XLA compiled for the same program, so no result depends on it.)
 """
 
 import os
+import shutil
+import tempfile
 
 import jax
 from hypothesis import HealthCheck, Phase, settings
@@ -49,3 +59,26 @@ _profile = os.environ.get("HYPOTHESIS_PROFILE", "paralens")
 settings.load_profile(_profile)
 if _can_bound:
     _engine.MAX_SHRINKING_SECONDS = _FULL_SHRINK_SECONDS if _profile == "shrink" else SHRINK_SECONDS
+
+
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+
+def pytest_configure(config):
+    """The run's compilation cache: made by the process that starts the run (the workers and
+    every subprocess inherit the variables), used by this process too."""
+    if _CACHE_ENV not in os.environ and not os.environ.get("PYTEST_XDIST_WORKER"):
+        config._paralens_cache = tempfile.mkdtemp(prefix="paralens-jax-cache-")
+        os.environ[_CACHE_ENV] = config._paralens_cache
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    if _CACHE_ENV in os.environ:
+        jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_paralens_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+        for name in (_CACHE_ENV, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+            os.environ.pop(name, None)

@@ -8,12 +8,13 @@ counters (a function that counts how often it is traced).
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from categories import R
 from lenses import (CheckpointMismatch, FitProgress, HyperparameterError, KindError, ParaLens,
-                    ShapeError, adam, dense, epoch_order, fit, gd, half_squared_error, momentum,
-                    tanh, train_step)
+                    ShapeError, adam, dense, epoch_order, fit, from_optax, gd, half_squared_error,
+                    momentum, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), MODEL.init(jax.random.PRNGKey(0)))
@@ -106,6 +107,42 @@ def test_equal_optimisers_are_equal_and_share_their_compilation():
     a(s, X[:4], Y[:4])
     b(s, X[:4], Y[:4])
     assert a.traces["call"] == 1
+
+
+def optax_loop(tx, batches):
+    """The oracle: optax's own loop on jax.grad of the whole composite's mean loss."""
+    def loss(p, x, y):
+        z = jax.vmap(lambda xi: MODEL.forward(xi, p))(x)
+        return jnp.mean(0.5 * jnp.sum((z - y) ** 2, axis=-1))
+
+    p, s = P0, tx.init(P0)
+    for x, y in batches:
+        u, s = tx.update(jax.grad(loss)(p, x, y), s, p)
+        p = optax.apply_updates(p, u)
+    return p
+
+
+def test_optax_transformations_equal_by_value_share_their_compilation():
+    batches = [(X[i:i + 4], Y[i:i + 4]) for i in range(0, 24, 4)]
+    Xs, Ys = np.stack([b[0] for b in batches]), np.stack([b[1] for b in batches])
+    injected = optax.inject_hyperparams(optax.rmsprop)
+    steps = {}
+    for name, make in [("plain", optax.rmsprop), ("injected", lambda r: injected(learning_rate=r))]:
+        for lr in (0.01, 0.03, 0.01):
+            step = train_step(MODEL, half_squared_error, from_optax(make(lr)))
+            state, _ = step.run(step.init(P0), Xs, Ys)
+            want = optax_loop(make(lr), batches)
+            for got, ref in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(want)):
+                np.testing.assert_allclose(got, ref, rtol=2e-5, atol=1e-6)
+            steps.setdefault(name, []).append(step)
+    plain, inj = steps["plain"], steps["injected"]
+    # the rate is a constant of optax.rmsprop's closure: equal rates share, others do not
+    assert plain[0]._core is plain[2]._core and plain[0]._core is not plain[1]._core
+    # inject_hyperparams keeps the rate in the state: the whole sweep is one compilation
+    assert inj[0]._core is inj[1]._core is inj[2]._core and inj[0].traces == {"stacked": 1}
+    assert from_optax(optax.rmsprop(0.1)) == from_optax(optax.rmsprop(0.1))
+    assert from_optax(optax.rmsprop(0.1)) != from_optax(optax.rmsprop(0.2))
+    assert from_optax(optax.rmsprop(0.1)) != from_optax(optax.adam(0.1))
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -23,7 +23,9 @@ under another name, so `scale_by_adam` and `scale_by_momentum` are written here.
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -138,6 +140,32 @@ def value_key(x):
         return x
     except TypeError:
         return ("id", _Identity(x))
+
+
+def code_key(x, depth: int = 0):
+    """A hashable key equal for functions that compute alike: the same code, equal defaults
+    and closures equal by value (`value_key`; functions in them compared the same way). An
+    optax transformation is a pair of closures over its numbers: two `optax.rmsprop(0.1)`
+    then share a key, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)`
+    share one whatever r, since r lives in the state, not in `update`'s closure."""
+    if depth > 16:
+        return ("id", _Identity(x))
+    if isinstance(x, types.FunctionType):
+        try:
+            cells = tuple(code_key(c.cell_contents, depth + 1) for c in x.__closure__ or ())
+        except ValueError:  # an empty cell: a function still being defined
+            return ("id", _Identity(x))
+        return ("fn", x.__code__, code_key(x.__defaults__, depth + 1),
+                code_key(x.__kwdefaults__, depth + 1), cells)
+    if isinstance(x, functools.partial):
+        return ("partial", code_key(x.func, depth + 1), code_key(x.args, depth + 1),
+                code_key(x.keywords, depth + 1))
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(code_key(v, depth + 1) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple((repr(k), code_key(v, depth + 1))
+                                 for k, v in sorted(x.items(), key=lambda kv: repr(kv[0])))
+    return value_key(x)
 
 
 def is_part(x) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 from categories import DomainError, Product
 from categories.errors import NonFiniteError, TargetError
 
-from ..optimisers import finite_flags
+from ..optimisers.faults import _slots
 
 
 class Fault(enum.IntEnum):
@@ -37,14 +37,28 @@ class Fault(enum.IntEnum):
     TARGET = 4       #: a target the loss family refuses (slot: the example)
 
 
+def _maxima(tree, space=None):
+    """max |x| per slot of `space` (one slot if None): finite exactly when every coordinate
+    of the slot is; 0 for a slot without coordinates. One reduction per leaf, no copy."""
+    slots = [tree] if space is None else [v for _, v in _slots(space, tree)]
+    out = []
+    for v in slots:
+        leaves = [jnp.max(jnp.abs(a)) for a in jax.tree_util.tree_leaves(v) if jnp.size(a)]
+        out.append(jnp.max(jnp.stack(leaves)) if leaves else jnp.zeros(()))
+    return jnp.stack(out)
+
+
 def slope(cov, targets_ok):
     """max |p'_i| over the covector (None: nothing can move): finite exactly when the covector
     is, and NaN where a target is refused (families that check targets on the device)."""
-    pieces = [jnp.ravel(jnp.abs(a)) for a in jax.tree_util.tree_leaves(cov)]
+    if not jax.tree_util.tree_leaves(cov):
+        if targets_ok is None:
+            return None
+        return jnp.where(jnp.all(targets_ok), 0.0, jnp.nan)
+    largest = jnp.max(_maxima(cov))
     if targets_ok is not None:
-        dtype = pieces[0].dtype if pieces else jnp.result_type(float)
-        pieces.append(jnp.where(targets_ok, 0.0, jnp.nan).astype(dtype))
-    return jnp.max(jnp.concatenate(pieces)) if pieces else None
+        largest = jnp.where(jnp.all(targets_ok), largest, jnp.nan).astype(largest.dtype)
+    return largest
 
 
 def _inside_flags(space, p_new, inside):
@@ -61,9 +75,13 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
     """(accepted, fault record) for one step, on the device: accepted when no fault was
     pending and the covector, the new point, the open set and the targets all pass; the
     record is the pending one, or this step's first failure (a refused target is named
-    first: it is the cause of whatever else failed)."""
+    first: it is the cause of whatever else failed).
+
+    Every check is read off a scalar per slot (the largest |coordinate| of the covector,
+    shared with the slope, and of the new point; the slot's indicator), so a step pays one
+    reduction per leaf, and nothing is copied."""
     clean = state_fault[0] == 0
-    checks = [finite_flags(cov, space), finite_flags(p_new, space),
+    checks = [jnp.isfinite(_maxima(cov, space)), jnp.isfinite(_maxima(p_new, space)),
               _inside_flags(space, p_new, inside),
               jnp.ones((1,), bool) if targets_ok is None else targets_ok]
     passed = jnp.stack([jnp.all(c) for c in checks])

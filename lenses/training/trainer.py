@@ -172,10 +172,15 @@ def _need_state(state) -> None:
                         f"{type(state).__name__}: pass step.init(params), not the parameters")
 
 
+_DEVICE_ARRAY = type(jnp.zeros(()))  # JAX's array class (an exact type test is the fast one)
+
+
 def _own(batch):
     """A numpy batch copied: on the CPU, JAX may read a numpy argument's memory in place while
     the step runs, after the call has returned, and a buffer the caller refills for the next
     step would then change this one. The step reads the batch as it was at the call."""
+    if type(batch) is _DEVICE_ARRAY:  # the common case, without walking a tree of one leaf
+        return batch
     return jax.tree_util.tree_map(lambda a: a.copy() if type(a) is np.ndarray else a, batch)
 
 
