@@ -1,9 +1,10 @@
 """Training: the engine that takes steps of learning, in the order a step is built.
 
-- `faults`: where faults are decided (one verdict per step, one judge per chunk, the error);
+- `faults`: where faults are decided (one verdict per step, on the device; the error);
 - `state`: `TrainState` (a plain pytree) and `Report`;
-- `step`: what one step computes, once (`StepCore`: covectors, sharp, move; checked and plain);
-- `schedule`: how steps are scheduled, once (a call; a chunk as a `lax.scan`, judged whole);
+- `step`: what one step computes, once (`StepCore`: covectors, sharp, move, verdict; the one
+  loop every step runs in);
+- `schedule`: how chunks of steps are scheduled, once (dispatched, then settled by one read);
 - `trainer`: `train_step`, the user's handle (a call per step, or `run` for many);
 - `sources`, `fit`: the training loop over data in memory or a stream of batches;
 - `saved`: saved work; `evaluate`: `predict`, `accuracy`.

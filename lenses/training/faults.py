@@ -1,4 +1,4 @@
-"""Where faults are decided: the one verdict on a step, the one judge of a chunk, the error.
+"""Where faults are decided: the one verdict on a step, and the error read back.
 
 A step is accepted when its covector is finite, its new point is finite and inside the open
 parameter object, and every target is one the loss family accepts; otherwise it is refused,
