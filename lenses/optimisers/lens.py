@@ -35,7 +35,7 @@ from categories.spaces import euclidean
 from ..metrics import translate
 from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
                      raise_outside)
-from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, code_key, is_part,
+from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, is_part, value_key,
                     scale_by_learning_rate, sharp)
 
 tree_map = jax.tree_util.tree_map
@@ -257,12 +257,12 @@ class Optimiser:
 
 def _part_key(part):
     """A part's own key, or, for a foreign transformation (optax's), its `update` by value
-    (`code_key`: what the compiled step calls) and the code of its `init` (the state's form)."""
+    (`value_key`: what the compiled step calls) and the code of its `init` (the state's form)."""
     key = getattr(part, "key", None)
     if callable(key):
         return key()
     init = getattr(part.init, "__code__", None)
-    return ("update", code_key(part.update), init if init is not None else _Identity(part.init))
+    return ("update", value_key(part.update), init if init is not None else _Identity(part.init))
 
 
 def check_covector(p, p_cov, space: Space | None = None) -> None:

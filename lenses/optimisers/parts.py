@@ -117,55 +117,43 @@ class _Identity:
         return id(self.obj)
 
 
-def value_key(x):
+def value_key(x, depth: int = 0):
     """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
-    dtype, shape and bytes), containers of them, and inner products by their type and public
-    fields; anything else by its own equality if it is hashable, else by identity."""
+    dtype, shape and bytes), containers of them, inner products by their type and public
+    fields, and functions by what they compute (their code, defaults and closures, keyed the
+    same way); anything else by its own equality if it is hashable, else by identity.
+
+    An optax transformation is a pair of closures over its numbers: two `optax.rmsprop(0.1)`
+    share a key, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)` share one
+    whatever r, since r lives in the state, not in `update`'s closure."""
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
         return x
-    if isinstance(x, jax.core.Tracer):
+    if isinstance(x, jax.core.Tracer) or depth > 16:  # (depth: a closure that holds itself)
         return ("id", _Identity(x))
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
         a = np.asarray(x)
         return ("array", a.dtype.str, a.shape, a.tobytes())
+    inner = functools.partial(value_key, depth=depth + 1)
     if isinstance(x, (tuple, list)):
-        return (type(x).__name__,) + tuple(value_key(v) for v in x)
+        return (type(x).__name__,) + tuple(inner(v) for v in x)
     if isinstance(x, dict):
-        return ("dict",) + tuple(sorted((k, value_key(v)) for k, v in x.items()))
+        return ("dict",) + tuple(sorted((k, inner(v)) for k, v in x.items()))
     if isinstance(x, Metric):  # an inner product: its type and its public configuration
-        return (type(x),) + tuple(sorted((k, value_key(v)) for k, v in vars(x).items()
+        return (type(x),) + tuple(sorted((k, inner(v)) for k, v in vars(x).items()
                                          if not k.startswith("_")))
+    if isinstance(x, types.FunctionType):
+        try:
+            cells = tuple(inner(c.cell_contents) for c in x.__closure__ or ())
+        except ValueError:  # an empty cell: a function still being defined
+            return ("id", _Identity(x))
+        return ("fn", x.__code__, inner(x.__defaults__), inner(x.__kwdefaults__), cells)
+    if isinstance(x, functools.partial):
+        return ("partial", inner(x.func), inner(x.args), inner(x.keywords))
     try:
         hash(x)
         return x
     except TypeError:
         return ("id", _Identity(x))
-
-
-def code_key(x, depth: int = 0):
-    """A hashable key equal for functions that compute alike: the same code, equal defaults
-    and closures equal by value (`value_key`; functions in them compared the same way). An
-    optax transformation is a pair of closures over its numbers: two `optax.rmsprop(0.1)`
-    then share a key, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)`
-    share one whatever r, since r lives in the state, not in `update`'s closure."""
-    if depth > 16:
-        return ("id", _Identity(x))
-    if isinstance(x, types.FunctionType):
-        try:
-            cells = tuple(code_key(c.cell_contents, depth + 1) for c in x.__closure__ or ())
-        except ValueError:  # an empty cell: a function still being defined
-            return ("id", _Identity(x))
-        return ("fn", x.__code__, code_key(x.__defaults__, depth + 1),
-                code_key(x.__kwdefaults__, depth + 1), cells)
-    if isinstance(x, functools.partial):
-        return ("partial", code_key(x.func, depth + 1), code_key(x.args, depth + 1),
-                code_key(x.keywords, depth + 1))
-    if isinstance(x, (tuple, list)):
-        return (type(x).__name__,) + tuple(code_key(v, depth + 1) for v in x)
-    if isinstance(x, dict):
-        return ("dict",) + tuple((repr(k), code_key(v, depth + 1))
-                                 for k, v in sorted(x.items(), key=lambda kv: repr(kv[0])))
-    return value_key(x)
 
 
 def is_part(x) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 from categories import DomainError, Product
 from categories.errors import NonFiniteError, TargetError
 
-from ..optimisers.faults import _slots
+from ..optimisers.faults import finite_flags, slot_maxima
 
 
 class Fault(enum.IntEnum):
@@ -37,17 +37,6 @@ class Fault(enum.IntEnum):
     TARGET = 4       #: a target the loss family refuses (slot: the example)
 
 
-def _maxima(tree, space=None):
-    """max |x| per slot of `space` (one slot if None): finite exactly when every coordinate
-    of the slot is; 0 for a slot without coordinates. One reduction per leaf, no copy."""
-    slots = [tree] if space is None else [v for _, v in _slots(space, tree)]
-    out = []
-    for v in slots:
-        leaves = [jnp.max(jnp.abs(a)) for a in jax.tree_util.tree_leaves(v) if jnp.size(a)]
-        out.append(jnp.max(jnp.stack(leaves)) if leaves else jnp.zeros(()))
-    return jnp.stack(out)
-
-
 def slope(cov, targets_ok):
     """max |p'_i| over the covector (None: nothing can move): finite exactly when the covector
     is, and NaN where a target is refused (families that check targets on the device)."""
@@ -55,7 +44,7 @@ def slope(cov, targets_ok):
         if targets_ok is None:
             return None
         return jnp.where(jnp.all(targets_ok), 0.0, jnp.nan)
-    largest = jnp.max(_maxima(cov))
+    largest = jnp.max(slot_maxima(cov, None))
     if targets_ok is not None:
         largest = jnp.where(jnp.all(targets_ok), largest, jnp.nan).astype(largest.dtype)
     return largest
@@ -81,7 +70,7 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
     shared with the slope, and of the new point; the slot's indicator), so a step pays one
     reduction per leaf, and nothing is copied."""
     clean = state_fault[0] == 0
-    checks = [jnp.isfinite(_maxima(cov, space)), jnp.isfinite(_maxima(p_new, space)),
+    checks = [finite_flags(cov, space), finite_flags(p_new, space),
               _inside_flags(space, p_new, inside),
               jnp.ones((1,), bool) if targets_ok is None else targets_ok]
     passed = jnp.stack([jnp.all(c) for c in checks])
