@@ -1,6 +1,6 @@
 """The differential D, the dual, their composite, and the reverse derivative R.
 
-- `D(f, x)`: the differential df_x : T_xA → T_{f x}B, a `Linear` computed by `jax.jvp`.
+- `D(f, x)`: the differential df_x : T_xA → T_{f x}B, a `Linear` computed by `jax.linearize`.
   (x, f) ↦ df_x is a functor on pointed spaces: covariant, d(g∘f)_x = dg_{f x} ∘ df_x.
 - `dual(L)`: the transpose L* between cotangent spaces; contravariant, (B∘A)* = A*∘B*.
 - `pullback(f, x) = dual(D(f, x))`: the composite, contravariant; this is why the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import jax
 
-from .linear import Linear
+from .linear import Linear, once
 from .smooth import Smooth
 
 
@@ -27,12 +27,17 @@ def D(f: Smooth, x) -> Linear:
         3.0
     """
     fn = f.fn
+    # Linearised at x once, when first applied (and its transpose likewise): a differential
+    # is applied many times (`matrix` applies it to every basis vector), and a fresh
+    # `jax.jvp` per application would evaluate and trace f again each time.
+    tangent_map = once(lambda: jax.linearize(fn, x)[1])
+    cotangent_map = once(lambda: jax.vjp(fn, x)[1])
 
     def apply(v):
-        return jax.jvp(fn, (x,), (v,))[1]
+        return tangent_map()(v)
 
     def transpose(y):
-        return jax.vjp(fn, x)[1](y)[0]
+        return cotangent_map()(y)[0]
 
     return Linear(f.dom, f.cod, apply, transpose=transpose, name=f"d{f.name}")
 

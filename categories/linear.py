@@ -223,11 +223,13 @@ class Linear:
             transpose = self._transpose
         else:
             apply, dom = self.apply, self.dom
+            # transposed once, when first applied: `matrix` applies it to every basis vector
+            transposed = once(lambda: jax.linear_transpose(apply, dom.zeros()))
 
             def transpose(y):
                 if dom.is_terminal:
                     return None
-                (out,) = jax.linear_transpose(apply, dom.zeros())(y)
+                (out,) = transposed()(y)
                 return out
 
         on = "covectors" if self.on == "vectors" else "vectors"
@@ -265,6 +267,23 @@ class Linear:
 
     def __repr__(self):
         return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
+
+
+def once(make):
+    """A function returning make(), made on the first call and kept while what it holds is
+    concrete: made under a trace (`jax.jit`, `vmap`, `grad`) it holds that trace's tracers,
+    which must not outlive it, so it is made afresh on each call until it is made outside one."""
+    kept = []
+
+    def get():
+        if kept:
+            return kept[0]
+        made = make()
+        if not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(made)):
+            kept.append(made)
+        return made
+
+    return get
 
 
 def linear_identity(space: Space, on="vectors") -> Linear:

@@ -82,3 +82,9 @@ def pytest_unconfigure(config):
         shutil.rmtree(made, ignore_errors=True)
         for name in (_CACHE_ENV, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
             os.environ.pop(name, None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests (a subprocess each, up to a minute) first: the workers then end on short
+    tests, and none waits at the end for the other to finish a notebook."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -108,6 +108,29 @@ def test_pullback_of_a_drawn_map_is_its_vjp(data):
     check_pullback(f, data.draw(cs.points(A), "x"), data.draw(cs.covectors(B), "y"))
 
 
+def test_a_differential_first_applied_under_jit_is_still_right_applied_eagerly():
+    """D(f, x) and its dual keep their linearisation at x only when it was made outside a
+    trace: applied first under `jax.jit` (the linearisation then holds that trace's tracers)
+    and eagerly afterwards, every application agrees with jax.jvp and jax.vjp (a kept tracer
+    would raise an UnexpectedTracerError); the eager one is then kept and reused."""
+    df, pb = D(SQUARE, X3), pullback(SQUARE, X3)
+    want_v = jax.jvp(SQUARE.fn, (X3,), (Y3,))[1]
+    want_c = jax.vjp(SQUARE.fn, X3)[1](Y3)[0]
+    for _ in range(2):  # under jit, then eagerly, twice each
+        close(jax.jit(lambda v: unwrap(df(Vector(v))))(Y3), want_v, "D(f, x)(v) under jit")
+        close(df(Vector(Y3)), want_v, "D(f, x)(v)")
+        close(jax.jit(lambda c: unwrap(pb(Covector(c, SQUARE.cod))))(Y3), want_c, "pullback under jit")
+        close(pb(Covector(Y3, SQUARE.cod)), want_c, "pullback(f, x)(y)")
+    # a linear map without a known transpose: its dual, applied under jit and then eagerly
+    A = Linear(R(3), R(2), lambda v: M23 @ v, name="A")
+    for _ in range(2):
+        close(jax.jit(lambda y: unwrap(A.dual()(Covector(y, R(2)))))(Y3[:2]), M23.T @ Y3[:2], "A* under jit")
+    At = A.dual()
+    close(jax.jit(lambda y: unwrap(At(Covector(y, R(2)))))(Y3[:2]), M23.T @ Y3[:2], "A* under jit")
+    close(At(Covector(Y3[:2], R(2))), M23.T @ Y3[:2], "A* eagerly after jit")
+    close(At.matrix(), M23.T, "A* as a matrix")
+
+
 def check_dual_of_composite(f, g, x, z):
     Df, Dg = D(f, x), D(g, f(x))
     claws.check_dual_composition(Df, Dg)  # as matrices

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from lenses import epoch_order, gd, half_squared_error, momentum, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +117,7 @@ def run_two_processes(tmp_path, timeout=180):
     return results
 
 
+@pytest.mark.slow  # a subprocess: run first, so no worker waits on it at the end
 def test_two_processes_train_as_one(tmp_path):
     from lenses import dense, tanh
     model = dense(3, 8) >> tanh >> dense(8, 2)

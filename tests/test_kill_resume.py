@@ -18,6 +18,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from lenses import adam, dense, fit, half_squared_error, load, tanh
 
@@ -54,6 +55,7 @@ def _leaves(t):
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(t)]
 
 
+@pytest.mark.slow  # a subprocess: run first, so no worker waits on it at the end
 def test_a_run_killed_mid_epoch_and_resumed_ends_bit_for_bit_as_the_uninterrupted_run(tmp_path):
     script, ckpt, out = tmp_path / "train.py", tmp_path / "run.ckpt", tmp_path / "final"
     script.write_text(SCRIPT)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = r'''
 import json
 import jax
@@ -107,6 +109,7 @@ def run_four_devices():
     return json.loads(line[len("RESULT"):])
 
 
+@pytest.mark.slow  # a subprocess: run first, so no worker waits on it at the end
 def test_sharded_step_equals_single_device_step():
     out = run_four_devices()
     assert out["devices"] == 4

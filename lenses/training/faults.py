@@ -68,17 +68,21 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
 
     Every check is read off a scalar per slot (the largest |coordinate| of the covector,
     shared with the slope, and of the new point; the slot's indicator), so a step pays one
-    reduction per leaf, and nothing is copied."""
+    reduction per leaf, and nothing is copied. The flags are laid end to end in the order in
+    which faults are named (targets, covector, new point, open set), so that the first
+    failure, its kind and its slot are read off one `argmin`: a few operations for XLA to
+    compile rather than one per check."""
     clean = state_fault[0] == 0
-    checks = [finite_flags(cov, space), finite_flags(p_new, space),
-              _inside_flags(space, p_new, inside),
-              jnp.ones((1,), bool) if targets_ok is None else targets_ok]
-    passed = jnp.stack([jnp.all(c) for c in checks])
-    passed = passed.at[:3].set(passed[:3] | ~passed[3])
-    kind = (1 + jnp.argmin(passed)).astype(jnp.int32)
-    slot = jnp.stack([jnp.argmin(c) for c in checks])[kind - 1].astype(jnp.int32)
-    good = jnp.all(passed)
-    record = jnp.stack([kind, (count + 1).astype(jnp.int32), slot])
+    checks = [(Fault.TARGET, jnp.ones((1,), bool) if targets_ok is None else targets_ok),
+              (Fault.COVECTOR, finite_flags(cov, space)), (Fault.NEW_POINT, finite_flags(p_new, space)),
+              (Fault.OUTSIDE, _inside_flags(space, p_new, inside))]
+    flags = jnp.concatenate([jnp.reshape(f, (-1,)) for _, f in checks])
+    kinds = np.concatenate([np.full(np.size(f), int(k), np.int32) for k, f in checks])
+    slots = np.concatenate([np.arange(np.size(f), dtype=np.int32) for _, f in checks])
+    first = jnp.argmin(flags)  # the first failure (index 0, a pass, when there is none)
+    good = flags[first]
+    record = jnp.stack([jnp.asarray(kinds)[first], (count + 1).astype(jnp.int32),
+                        jnp.asarray(slots)[first]])
     fault = jnp.where(clean & ~good, record, jnp.asarray(state_fault, jnp.int32))
     return clean & good, fault
 
