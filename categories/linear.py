@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._compose import check_composable
-from .spaces import Space
+from .spaces import Space, _is_concrete
 from .errors import CovectorError
 
 tree_map = jax.tree_util.tree_map
@@ -279,7 +279,7 @@ def once(make):
         if kept:
             return kept[0]
         made = make()
-        if not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(made)):
+        if _is_concrete(made):
             kept.append(made)
         return made
 
