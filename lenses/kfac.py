@@ -388,7 +388,7 @@ class KFAC(_DataMetric):
             eig.append((zeros(na), eye(na), zeros(ng), eye(ng)))
         last = tree_map(lambda a: zeros(*jnp.shape(a)), p) if self.adapt_damping else None
         return KFACState(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(0)), tuple(factors),
-                         tuple(eig), jnp.asarray(np.asarray(self.damping, dtype)),
+                         tuple(eig), jnp.asarray(self.damping, dtype),
                          jax.random.PRNGKey(self.seed), last)
 
     def sharp_state(self, p, cov, ctx, state: KFACState):

@@ -15,6 +15,7 @@ ignore it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,6 +68,22 @@ class Metric:
         >>> unwrap(Halved().sharp(None, Covector(jnp.array([2.0, 4.0]), R(2)))).tolist()
         [1.0, 2.0]
     """
+
+    #: The names of the numbers a compiled training step takes as arguments rather than as
+    #: constants (a damping): metrics equal but for them share one compilation, so a sweep
+    #: over them compiles once, as a sweep over learning rates does.
+    hyperparameters: tuple[str, ...] = ()
+
+    def hyper(self) -> dict:
+        """The numbers named in `hyperparameters`, by name."""
+        return {name: getattr(self, name) for name in self.hyperparameters}
+
+    def rebuilt(self, hyper: dict) -> "Metric":
+        """This metric with the numbers `hyper` (traced values, inside a compiled step; they
+        were checked when the metric was made)."""
+        metric = copy.copy(self)
+        vars(metric).update(hyper)
+        return metric
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
         raise UnsupportedError(f"{type(self).__name__} must implement sharp")

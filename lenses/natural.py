@@ -121,6 +121,12 @@ class _DataMetric(Metric):
     not the op-by-op evaluation of per-example Jacobians; inside a `jit` they inline."""
 
     _MAX_COMPILED = 16
+    hyperparameters = ("damping",)
+
+    def rebuilt(self, hyper):
+        metric = super().rebuilt(hyper)
+        vars(metric).pop("_compiled", None)  # its functions close over the old numbers
+        return metric
 
     def _run(self, method, p, t, ctx):
         _data(ctx, type(self).__name__)

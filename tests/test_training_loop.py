@@ -11,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from categories import R
-from lenses import (CheckpointMismatch, FitProgress, HyperparameterError, KindError, ParaLens,
+from categories import Covector, R
+from categories.linear import unwrap
+from lenses import (KFAC, CheckpointMismatch, Context, FitProgress, GaussNewton, HyperparameterError, KindError, ParaLens,
                     ShapeError, adam, dense, epoch_order, fit, from_optax, gd, half_squared_error,
                     momentum, tanh, train_step)
 
@@ -94,6 +95,31 @@ def test_a_sweep_of_five_learning_rates_through_fit_compiles_once():
     # per-step loop at that rate
     step = train_step(model, half_squared_error, gd(0.3))
     assert step.traces.get("call", 0) <= 1
+
+
+@pytest.mark.parametrize("metric", [GaussNewton, lambda lam: KFAC(lam, model=MODEL, decay=0.5)])
+def test_a_sweep_over_the_damping_compiles_once_and_each_damping_is_its_own_step(metric):
+    """The damping is an argument of the compiled step, like the learning rate: one trace for
+    the sweep, and each damping's step is p − η (p')♯, ♯ the metric made with that damping
+    applied eagerly to jax.grad of the composite's mean loss."""
+    def loss(p):
+        z = jax.vmap(lambda xi: MODEL.forward(xi, p))(X[:6])
+        return jnp.mean(0.5 * jnp.sum((z - Y[:6]) ** 2, axis=-1))
+
+    grad, ctx, cores, moved = jax.grad(loss)(P0), Context(MODEL, half_squared_error, X[:6], Y[:6]), set(), []
+    for lam in (1e-3, 1e-1, 10.0):
+        step = train_step(MODEL, half_squared_error, gd(0.5, metric=metric(lam)))
+        state, _ = step(step.init(P0), X[:6], Y[:6])
+        cores.add(id(step._core))
+        sharp = unwrap(metric(lam).sharp(P0, Covector(grad, MODEL.param), ctx))
+        want = jax.tree_util.tree_map(lambda p, v: p - 0.5 * v, P0, sharp)
+        for got, ref in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(want)):
+            np.testing.assert_allclose(got, ref, rtol=2e-4, atol=1e-6)
+        moved.append(bits(state.params))
+    assert len(cores) == 1 and step.traces == {"call": 1}
+    assert len({tuple(m) for m in moved}) == 3  # and the dampings did differ
+    assert gd(0.5, metric=metric(1e-3)) != gd(0.5, metric=metric(1e-1))  # equal but for λ
+    assert gd(0.5, metric=metric(1e-3)) == gd(0.5, metric=metric(1e-3))
 
 
 def test_equal_optimisers_are_equal_and_share_their_compilation():

@@ -117,11 +117,12 @@ class _Identity:
         return id(self.obj)
 
 
-def value_key(x, depth: int = 0):
+def value_key(x, depth: int = 0, exclude: tuple = ()):
     """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
     dtype, shape and bytes), containers of them, inner products by their type and public
     fields, and functions by what they compute (their code, defaults and closures, keyed the
-    same way); anything else by its own equality if it is hashable, else by identity.
+    same way); anything else by its own equality if it is hashable, else by identity. The
+    fields named in `exclude` are left out of an inner product at the top level.
 
     An optax transformation is a pair of closures over its numbers: two `optax.rmsprop(0.1)`
     share a key, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)` share one
@@ -140,7 +141,7 @@ def value_key(x, depth: int = 0):
         return ("dict",) + tuple(sorted((k, inner(v)) for k, v in x.items()))
     if isinstance(x, Metric):  # an inner product: its type and its public configuration
         return (type(x),) + tuple(sorted((k, inner(v)) for k, v in vars(x).items()
-                                         if not k.startswith("_")))
+                                         if not k.startswith("_") and k not in exclude))
     if isinstance(x, types.FunctionType):
         try:
             cells = tuple(inner(c.cell_contents) for c in x.__closure__ or ())
@@ -246,12 +247,18 @@ class Sharp(Part):
             return unwrap(metric.sharp(params, cov, ctx)), state
 
         init = metric.init_state if stateful else _empty
-        self = super().__new__(cls, init, update, f"sharp({metric!r})")
+        # The metric's own numbers (a damping) are hyperparameters of this part, passed to
+        # the compiled step as arguments like the learning rate.
+        numbers = metric.hyper() if isinstance(metric, Metric) else {}
+        build = (lambda **h: Sharp(metric.rebuilt(h))) if numbers else None
+        self = super().__new__(cls, init, update, f"sharp({metric!r})", numbers, build)
         self.metric = metric
         return self
 
     def key(self):
-        return ("sharp", value_key(self.metric))
+        """The metric by value, its `hyperparameters` left out (they are arguments)."""
+        named = getattr(self.metric, "hyperparameters", ())
+        return ("sharp", value_key(self.metric, exclude=named))
 
 
 def sharp(metric: Metric | None = None) -> Sharp:

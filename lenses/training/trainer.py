@@ -33,7 +33,7 @@ class TrainStep:
     """(state, X, Y) ↦ (state', report): one checked step of learning for a model A → B with
     parameter object P, a loss family on B and an optimiser, compiled once per signature
     (and shared by every `TrainStep` over an equal loss family and an optimiser equal but for
-    its numbers: a sweep of learning rates compiles once).
+    its numbers: a sweep of learning rates or dampings compiles once).
 
     Examples:
         Residual r = w·x + b with x = (1, 1) and target 0: each step of gd(0.1) takes r to
