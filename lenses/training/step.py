@@ -144,19 +144,27 @@ class StepCore:
         in both (it cannot unroll a loop of unknown length), so a chunk gives the bits of as
         many calls; a step at top level and the same step in a loop may be contracted into
         fused multiply-adds differently once the optimiser's numbers are runtime values."""
+        # i runs over 0 … k − 1: no index is negative, so none is wrapped (an operation less
+        # per read and per write, in every step)
+        def at(v, i):
+            return lax.dynamic_index_in_dim(v, i, keepdims=False, allow_negative_indices=False)
+
         def batch(i):
             if gather:
-                return _take(a, lax.dynamic_index_in_dim(b, i, keepdims=False))
-            return tree_map(lambda v: lax.dynamic_index_in_dim(v, i, keepdims=False), (a, b))
+                return _take(a, at(b, i))
+            return tree_map(lambda v: at(v, i), (a, b))
 
         def one(i, s):
             s, (loss, sl) = self.checked(hyper, s, *batch(i))
             return s, self.row(loss, sl, s.fault[0])
 
+        def write(rows, r, i):
+            return lax.dynamic_update_index_in_dim(rows, r, i, 0, allow_negative_indices=False)
+
         length = jax.tree_util.tree_leaves(b)[0].shape[0]
         row = jax.eval_shape(one, 0, state)[1]
         rows = jnp.zeros((length,) + row.shape, row.dtype)
-        return lax.fori_loop(0, k, lambda i, c: (lambda s, r: (s, c[1].at[i].set(r)))(
+        return lax.fori_loop(0, k, lambda i, c: (lambda s, r: (s, write(c[1], r, i)))(
             *one(i, c[0])), (state, rows))
 
     def compiled(self, kind: str):
