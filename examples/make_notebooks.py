@@ -119,12 +119,17 @@ def runner(model, family, make_opt):
     return run
 
 
+def chosen(score):
+    \"\"\"The index of the smallest setting whose score is within 2 % of the best (settings in
+    increasing order): a tie rule that near-ties on another machine do not flip.\"\"\"
+    return int(np.flatnonzero(score <= 1.02 * score.min())[0])
+
+
 def sweep(runs, lrs, setup):
     \"\"\"Per method: the loss curves at every rate of lrs[name] for every seed; the score of a
     rate, the median over seeds of the geometric-mean loss over the run (the area under the
     log-loss curve: it rewards speed), inf where any seed is refused or not finite; the chosen
-    rate, the smallest whose score is within 2 % of the best (a tie rule that near-ties on
-    another machine do not flip).\"\"\"
+    rate (`chosen`).\"\"\"
     out = {}
     for name, run in runs.items():
         rates = jnp.asarray(lrs[name], jnp.float32)
@@ -137,7 +142,7 @@ def sweep(runs, lrs, setup):
         with np.errstate(invalid="ignore", divide="ignore"):
             per_seed = np.exp(np.mean(np.log(curves), -1))
         score = np.where(np.all(np.isfinite(per_seed), 1), np.median(per_seed, 1), np.inf)
-        k = int(np.flatnonzero(score <= 1.02 * score.min())[0])
+        k = chosen(score)
         out[name] = dict(lrs=list(lrs[name]), score=score, k=k, lr=lrs[name][k], losses=curves[k],
                          final=[jax.tree_util.tree_map(lambda a: a[k], p) for p in finals])
     return out
@@ -446,7 +451,7 @@ def kfac_runs(lam):
 DAMPINGS = [3e-4, 1e-3, 3e-3]
 by_damping = [sweep({"KFAC": kfac_runs(lam)}, lrs_c, setup_c)["KFAC"] for lam in DAMPINGS]
 best = np.array([r["score"][r["k"]] for r in by_damping])  # each damping at its chosen rate
-j = int(np.flatnonzero(best <= 1.02 * best.min())[0])
+j = chosen(best)
 runs_c["KFAC"] = kfac_runs(DAMPINGS[j])
 study_c = sweep({name: run for name, run in runs_c.items() if name != "KFAC"}, lrs_c, setup_c)
 study_c = {name: by_damping[j] if name == "KFAC" else study_c[name] for name in runs_c}
@@ -466,8 +471,7 @@ kf_c = study_c["KFAC"]
 print(f"  KFAC's damping: λ {kf_c['damping']:g}; score at its best rate for each λ  [" +
       " ".join(f"{lam:g}:{s:.3g}" for lam, s in zip(DAMPINGS, kf_c["by_damping"])) + "]")
 interior(study_c)
-assert 0 < DAMPINGS.index(kf_c["damping"]) < len(DAMPINGS) - 1  # the damping is interior too
-assert min(kf_c["by_damping"][0], kf_c["by_damping"][-1]) > kf_c["by_damping"].min()
+interior({"KFAC's damping": dict(score=kf_c["by_damping"], k=j, lrs=DAMPINGS)})
 k = {name: steps_to(r, TARGET_C) for name, r in study_c.items()}
 print("every chosen rate, and KFAC's damping, is interior to its sweep")
 assert k["KFAC"] < min(v for name, v in k.items() if name != "KFAC")

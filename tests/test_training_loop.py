@@ -13,9 +13,10 @@ import pytest
 
 from categories import Covector, R
 from categories.linear import unwrap
-from lenses import (KFAC, CheckpointMismatch, Context, FitProgress, GaussNewton, HyperparameterError, KindError, ParaLens,
-                    ShapeError, adam, dense, epoch_order, fit, from_optax, gd, half_squared_error,
-                    momentum, tanh, train_step)
+from lenses import (KFAC, CheckpointMismatch, Context, FitProgress, GaussNewton,
+                    HyperparameterError, KindError, ParaLens, ShapeError, adam, dense,
+                    epoch_order, fit, from_optax, gd, half_squared_error, momentum, tanh,
+                    train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), MODEL.init(jax.random.PRNGKey(0)))
@@ -106,7 +107,8 @@ def test_a_sweep_over_the_damping_compiles_once_and_each_damping_is_its_own_step
         z = jax.vmap(lambda xi: MODEL.forward(xi, p))(X[:6])
         return jnp.mean(0.5 * jnp.sum((z - Y[:6]) ** 2, axis=-1))
 
-    grad, ctx, cores, moved = jax.grad(loss)(P0), Context(MODEL, half_squared_error, X[:6], Y[:6]), set(), []
+    grad, ctx = jax.grad(loss)(P0), Context(MODEL, half_squared_error, X[:6], Y[:6])
+    cores, moved = set(), []
     for lam in (1e-3, 1e-1, 10.0):
         step = train_step(MODEL, half_squared_error, gd(0.5, metric=metric(lam)))
         state, _ = step(step.init(P0), X[:6], Y[:6])

@@ -256,9 +256,8 @@ class Sharp(Part):
         return self
 
     def key(self):
-        """The metric by value, its `hyperparameters` left out (they are arguments)."""
-        named = getattr(self.metric, "hyperparameters", ())
-        return ("sharp", value_key(self.metric, exclude=named))
+        """The metric by value, its numbers (`hyper`) left out: they are arguments."""
+        return ("sharp", value_key(self.metric, exclude=tuple(self.hyper)))
 
 
 def sharp(metric: Metric | None = None) -> Sharp:
