@@ -333,7 +333,7 @@ def hand_loss(theta):  # mean cross-entropy; (W, b) in flatten_value's order: W 
     return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(len(yi)), yi])
 
 
-H = jax.hessian(hand_loss)(flatten_value(p, logreg.param))
+H = jax.jit(jax.hessian(hand_loss))(flatten_value(p, logreg.param))  # compiled whole: one compilation
 G_gn, G_f = GaussNewton(damping=0.0).matrix(p, ctx), Fisher(damping=0.0).matrix(p, ctx)
 scale = float(jnp.max(jnp.abs(H)))
 print(f"max |GaussNewton − Hessian| = {float(jnp.max(jnp.abs(G_gn - H))):.1e}, "
@@ -1328,10 +1328,17 @@ state = step.init(tuple(e0))
 for _ in range(5):
     state, _ = step(state, np.ones((1, 1)), np.zeros((1, 7, 2)))
 ball, metric = OpenBall(np.zeros(2), 1.0), Poincare()
+
+
+@jax.jit  # one compilation for the five steps, not one per operation
+def node_by_node(e):
+    c = jax.grad(edge_loss)(e, U7, V7, cand7, True)
+    return jax.vmap(lambda x, c: metric.retract(x, -metric.sharp(x, Covector(c, ball)).value, ball))(e, c)
+
+
 e = e0
 for _ in range(5):
-    c = jax.grad(edge_loss)(e, U7, V7, cand7, True)
-    e = jax.vmap(lambda x, c: metric.retract(x, -metric.sharp(x, Covector(c, ball)).value, ball))(e, c)
+    e = node_by_node(e)
 gap = float(np.max(np.abs(np.stack(state.params) - np.asarray(e))))
 assert gap < 1e-5
 print("train_step on a product of 7 balls against the loop, node by node: the same points to "
@@ -1561,7 +1568,7 @@ def fields(fam, X, Y, thetas):
         F = Fisher(damping=LAMBDA).matrix(theta[None, :], ctx)
         EF = Fisher(damping=LAMBDA, empirical=True).matrix(theta[None, :], ctx)
         return tuple(-jnp.linalg.solve(M, g) for M in (H + LAMBDA * jnp.eye(2), F, EF))
-    return [np.asarray(a) for a in jax.vmap(at)(thetas)]
+    return [np.asarray(a) for a in jax.jit(jax.vmap(at))(thetas)]
 
 
 def angle(u, v):
@@ -1654,10 +1661,14 @@ runners = {(fam, o): runner(fam, OPTS[o]) for fam in (half_squared_error, binary
 def newton_optimum(fam, X, Y):
     \"\"\"L(θ*), θ* by 30 undamped Newton steps from 0 on the hand-written loss (jax.hessian):
     the oracle.\"\"\"
+    @jax.jit
+    def newton(th):
+        g, H = jax.grad(loss_of, 3)(fam, X, Y, th), jax.hessian(loss_of, 3)(fam, X, Y, th)
+        return th - jnp.linalg.solve(H, g)
+
     th = jnp.zeros(2)
     for _ in range(30):
-        g, H = jax.grad(loss_of, 3)(fam, X, Y, th), jax.hessian(loss_of, 3)(fam, X, Y, th)
-        th = th - jnp.linalg.solve(H, g)
+        th = newton(th)
     return float(loss_of(fam, X, Y, th))
 
 

@@ -3,8 +3,9 @@ block against independent JAX implementations written here, in float64 at 1e-9.
 
 Oracles: each layer's map written directly (per head loops for attention, one-hot products
 for the embedding, explicit masks), differentiated by `jax.grad` of ⟨c, oracle⟩ for a random
-covector c; nothing is compared with values the library produced. Property tests run
-un-jitted over a few shapes (JAX compiles per shape).
+covector c; nothing is compared with values the library produced. Both sides are compared
+compiled whole, over a few shapes: JAX compiles once per shape, where op by op each of a
+block's hundreds of operations would compile.
 """
 
 import functools
@@ -37,18 +38,22 @@ def normal(seed, shape):
     return jnp.asarray(rng(seed).standard_normal(shape))
 
 
-def compare(lens, oracle, x, p, seed, input_covector=True):
-    """forward vs oracle; backward (a', p') vs jax.grad of ⟨c, oracle⟩ for a random c."""
-    out = oracle(x, p)
-    assert_close(lens.forward(x, p), out, what=f"{lens.name}: forward", **TOL)
-    c = jax.tree_util.tree_map(lambda o: jnp.asarray(rng(seed).standard_normal(o.shape)), out)
-    ga, gp = jax.grad(lambda x, p: sum(jnp.sum(ci * oi) for ci, oi in
-                                       zip(jax.tree_util.tree_leaves(c), jax.tree_util.tree_leaves(oracle(x, p)))),
-                      argnums=(0, 1))(x, p)
-    da, dp = lens.backward(x, p, c)
+def compare(lens, oracle, x, p, seed, input_covector=True, c=None):
+    """forward vs oracle; backward (a', p') vs jax.grad of ⟨c, oracle⟩ for c (random, if not
+    given); returns the values (a', p'). Each side is compiled whole (`jax.jit`)."""
+    out = jax.jit(oracle)(x, p)
+    assert_close(jax.jit(lens.forward)(x, p), out, what=f"{lens.name}: forward", **TOL)
+    if c is None:
+        c = jax.tree_util.tree_map(lambda o: jnp.asarray(rng(seed).standard_normal(o.shape)), out)
+    # c an argument, not a constant of the program: the examples of a shape share one compilation
+    ga, gp = jax.jit(jax.grad(lambda x, p, c: sum(jnp.sum(ci * oi) for ci, oi in
+                                                  zip(jax.tree_util.tree_leaves(c),
+                                                      jax.tree_util.tree_leaves(oracle(x, p)))),
+                              argnums=(0, 1)))(x, p, c)
+    da, dp = jax.jit(lambda x, p, c: tuple(v.value for v in lens.backward(x, p, c)))(x, p, c)
     if input_covector:
-        assert_close(da.value, ga, what=f"{lens.name}: input covector", **TOL)
-    assert_close(dp.value, gp, what=f"{lens.name}: parameter covector", **TOL)
+        assert_close(da, ga, what=f"{lens.name}: input covector", **TOL)
+    assert_close(dp, gp, what=f"{lens.name}: parameter covector", **TOL)
     return da, dp
 
 
@@ -62,26 +67,27 @@ def ln_oracle(x, gb):
     return jnp.broadcast_to(g, x.shape) * (centred / sd) + jnp.broadcast_to(b, x.shape)
 
 
-def dense_rows(X, Wb):  # row by row: the dense layer at each position
+def dense_rows(X, Wb):  # row by row (mapped by jax.vmap): the dense layer at each position
     W, b = Wb
-    return jnp.stack([W @ X[t] + b for t in range(X.shape[0])])
+    return jax.vmap(lambda x: W @ x + b)(X)
 
 
 def attention_oracle(Q, K, V, heads, causal):
-    """Head by head and row by row, with an explicit −∞ mask (row t sees columns s ≤ t)."""
+    """Head by head and row by row (the rows mapped by `jax.vmap`), with an explicit −∞ mask
+    (row t sees columns s ≤ t)."""
     T, d = Q.shape
     dh = d // heads
     outs = []
     for h in range(heads):
         q, k, v = (Z[:, h * dh:(h + 1) * dh] for Z in (Q, K, V))
-        rows = []
-        for t in range(T):
-            s = (k @ q[t]) / np.sqrt(dh)
+
+        def row(qt, t, k=k, v=v):
+            s = (k @ qt) / np.sqrt(dh)
             if causal:
-                s = jnp.concatenate([s[:t + 1], jnp.full((T - t - 1,), -jnp.inf)])
+                s = jnp.where(jnp.arange(T) <= t, s, -jnp.inf)
             w = jnp.exp(s - jnp.max(s))
-            rows.append((w / jnp.sum(w)) @ v)
-        outs.append(jnp.stack(rows))
+            return (w / jnp.sum(w)) @ v
+        outs.append(jax.vmap(row)(q, jnp.arange(T)))
     return jnp.concatenate(outs, axis=1)
 
 
@@ -163,9 +169,9 @@ def test_embedding_is_the_one_hot_product_and_its_input_covector_is_zero(Tv, see
         return onehot @ E.T
 
     da, dp = compare(layer, oracle, jnp.asarray(toks, dtype=float), E, seed + 1, input_covector=False)
-    assert_close(da.value, jnp.zeros(T), what="input covector of the embedding", atol=0, rtol=0)
+    assert_close(da, jnp.zeros(T), what="input covector of the embedding", atol=0, rtol=0)
     unused = np.setdiff1d(np.arange(V), toks)
-    assert np.all(np.asarray(dp.value)[:, unused] == 0)  # sparse in effect
+    assert np.all(np.asarray(dp)[:, unused] == 0)  # sparse in effect
     # integer tokens: the same values, and JAX's float0 "no covector" for the input
     assert_close(layer.forward(jnp.asarray(toks), E), oracle(None, E), what="integer tokens", **TOL)
 
@@ -240,11 +246,12 @@ def test_multi_head_attention_against_jax_and_its_input_covector_is_the_sum_of_t
     lens, p = _mha(T, d, heads, causal, seed)
     x, c = normal(seed, (T, d)), normal(seed + 1, (T, d))
     ps = mha_params(p)
-    compare(lens, lambda x, p: mha_split(x, x, x, mha_params(p), heads, causal), x, p, seed + 1)
+    dx, _ = compare(lens, lambda x, p: mha_split(x, x, x, mha_params(p), heads, causal), x, p, seed,
+                    c=c)
     # the three uses of the copied input, apart: queries, keys and values
-    uses3 = jax.grad(lambda a, b, v: jnp.sum(c * mha_split(a, b, v, ps, heads, causal)),
-                     argnums=(0, 1, 2))(x, x, x)
-    dx = lens.backward(x, p, c)[0].value
+    uses3 = jax.jit(jax.grad(lambda a, b, v, ps, c: jnp.sum(c * mha_split(a, b, v, ps, heads,
+                                                                          causal)),
+                             argnums=(0, 1, 2)))(x, x, x, ps, c)
     assert_close(dx, uses3[0] + uses3[1] + uses3[2], what="input covector = Σ of the three uses", **TOL)
     for i, j in ((0, 1), (0, 2), (1, 2)):  # three different covectors: none of them is redundant
         assert not np.allclose(uses3[i], uses3[j])
@@ -272,17 +279,15 @@ def test_causal_attention_does_not_look_ahead():
 
 # -- the transformer block -------------------------------------------------------------------
 
-@settings(max_examples=2, deadline=None)  # each example: a whole block, op by op, un-jitted
+@settings(max_examples=2, deadline=None)  # each example: a whole block, two shapes
 @given(st.sampled_from([(3, 4, 2, 8), (2, 6, 3, 5)]), st.integers(0, 2 ** 10))
 def test_transformer_block_against_jax(shape, seed):
     T, d, heads, hidden = shape
     block = transformer_block(d, heads, hidden).at(R(T, d))
     p = block.init(jax.random.PRNGKey(seed))
     p = jax.tree_util.tree_map(lambda a: a + 0.1 * normal(seed + 5, a.shape), p)
-    # the oracle compiled whole (its row and head loops unrolled): one compilation per shape
-    # instead of one per operation; the block itself still runs op by op
-    oracle = jax.jit(lambda x, p: block_oracle(x, block_params(p), heads))
-    compare(block, oracle, normal(seed, (T, d)), p, seed + 1)
+    compare(block, lambda x, p: block_oracle(x, block_params(p), heads), normal(seed, (T, d)), p,
+            seed + 1)
 
 
 def test_sequence_cross_entropy_is_the_mean_over_positions():
@@ -370,6 +375,7 @@ def test_integer_tokens_and_keys_pass_through_checkpoint_and_tie():
         return ln_oracle(dense_rows(ln_oracle(h, (g, b)), Wb), (g, b))
 
     q = (p[0], p[1], (p[2][0], p[2][1], None))
-    g = jax.grad(lambda q: jnp.sum(C * jax.vmap(direct, (0, 0, None))(X[0], X[1], q)))(q)
+    g = jax.jit(jax.grad(lambda q, X, C: jnp.sum(C * jax.vmap(direct, (0, 0, None))(X[0], X[1], q))))(
+        q, X, C)
     assert_close(plain[1].value[2], (g[2][0], g[2][1]), what="tied slot = sum of its two uses", **TOL)
     assert uses(model)[2] == (2, 1)
