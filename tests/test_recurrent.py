@@ -65,6 +65,15 @@ def per_step(step, n_h):
     return run
 
 
+def compiled_vjp(fn):
+    """(xs, p, c) ↦ (fn(xs, p), the covectors of c by jax.vjp), compiled whole: one
+    compilation per shape, where op by op every operation of the scan would compile."""
+    def run(xs, p, c):
+        y, pull = jax.vjp(fn, xs, p)
+        return y, pull(c)
+    return jax.jit(run)
+
+
 def perturbed(cell, seed):
     p = cell.init(jax.random.PRNGKey(seed))
     return jax.tree_util.tree_map(lambda a: a + 0.3 * normal(seed + 1, a.shape), p)
@@ -80,12 +89,12 @@ def test_unrolled_cell_equals_a_hand_written_scan_in_values_and_gradients(kind, 
     assert lens.cod == R(T, n_h) and lens.param == cell.param
     q = perturbed(cell, seed)
     xs, c = normal(seed + 2, (T, n_in)), normal(seed + 3, (T, n_h))
-    y0, pull = jax.vjp(scanned(step, n_h), xs, q)
-    dx0, dq0 = pull(c)
-    assert_close(lens.forward(xs, q), y0, what=f"unroll({kind}): values", **TOL)
-    dx, dq = lens.backward(xs, q, c)
-    assert_close(dx.value, dx0, what=f"unroll({kind}): input covector", **TOL)
-    assert_close(dq.value, dq0, what=f"unroll({kind}): tied parameter covector", **TOL)
+    y0, (dx0, dq0) = compiled_vjp(scanned(step, n_h))(xs, q, c)
+    # the lens compiled whole too (its eager traversal is checked below, at one shape)
+    assert_close(jax.jit(lens.forward)(xs, q), y0, what=f"unroll({kind}): values", **TOL)
+    dx, dq = jax.jit(lambda xs, q, c: tuple(v.value for v in lens.backward(xs, q, c)))(xs, q, c)
+    assert_close(dx, dx0, what=f"unroll({kind}): input covector", **TOL)
+    assert_close(dq, dq0, what=f"unroll({kind}): tied parameter covector", **TOL)
 
 
 def test_the_tied_slot_receives_the_sum_over_time_of_the_untied_slots():
@@ -101,8 +110,7 @@ def test_the_tied_slot_receives_the_sum_over_time_of_the_untied_slots():
     d_untied = untied.backward(xs, P, c)[1].value[1][2][0]  # the cell's stacked slot: (T, ...)
     # the oracle: a scan with a separate copy of q at every step
     Qs = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a[None], (T,) + a.shape), q)
-    _, pull = jax.vjp(per_step(gru, n_h), xs, Qs)
-    d_steps = pull(c)[1]
+    d_steps = compiled_vjp(per_step(gru, n_h))(xs, Qs, c)[1][1]
     assert_close(d_untied, d_steps, what="per-step covectors of the untied repeat", **TOL)
     d_tied = lens.backward(xs, q, c)[1].value
     assert_close(d_tied, jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), d_steps),
