@@ -69,13 +69,13 @@ class Metric:
         [1.0, 2.0]
     """
 
-    #: The names of the numbers a compiled training step takes as arguments rather than as
-    #: constants (a damping): metrics equal but for them share one compilation, so a sweep
-    #: over them compiles once, as a sweep over learning rates does.
+    #: The names of the values a compiled training step takes as arguments rather than as
+    #: constants (a damping; a diagonal's weights): metrics equal but for them share one
+    #: compilation, so a sweep over them compiles once, as a sweep over learning rates does.
     hyperparameters: tuple[str, ...] = ()
 
     def hyper(self) -> dict:
-        """The numbers named in `hyperparameters`, by name."""
+        """The values named in `hyperparameters` (numbers, or pytrees of arrays), by name."""
         return {name: getattr(self, name) for name in self.hyperparameters}
 
     def rebuilt(self, hyper: dict) -> "Metric":
@@ -178,6 +178,10 @@ class Diagonal(Metric):
         >>> unwrap(Diagonal(2.0).sharp(None, Covector(jnp.array([1.0, 2.0])))).tolist()
         [0.5, 1.0]
     """
+
+    # the weights are an argument of the compiled step: a Diagonal of other weights (another
+    # seed's frozen Fisher diagonal, a new scale) reuses the compilation
+    hyperparameters = ("weights",)
 
     def __init__(self, weights):
         for leaf in jax.tree_util.tree_leaves(weights):

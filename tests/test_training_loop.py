@@ -13,7 +13,7 @@ import pytest
 
 from categories import Covector, R
 from categories.linear import unwrap
-from lenses import (KFAC, CheckpointMismatch, Context, FitProgress, GaussNewton,
+from lenses import (KFAC, CheckpointMismatch, Context, Diagonal, FitProgress, GaussNewton,
                     HyperparameterError, KindError, ParaLens, ShapeError, adam, dense,
                     epoch_order, fit, from_optax, gd, half_squared_error, momentum, tanh,
                     train_step)
@@ -98,11 +98,18 @@ def test_a_sweep_of_five_learning_rates_through_fit_compiles_once():
     assert step.traces.get("call", 0) <= 1
 
 
-@pytest.mark.parametrize("metric", [GaussNewton, lambda lam: KFAC(lam, model=MODEL, decay=0.5)])
+def weighted(lam):
+    """A diagonal metric whose weights (one per coordinate, shaped like the point) vary with lam."""
+    return Diagonal(jax.tree_util.tree_map(
+        lambda a: 1.0 + lam * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape), P0))
+
+
+@pytest.mark.parametrize("metric", [GaussNewton, lambda lam: KFAC(lam, model=MODEL, decay=0.5),
+                                    weighted], ids=["GaussNewton", "KFAC", "Diagonal"])
 def test_a_sweep_over_the_damping_compiles_once_and_each_damping_is_its_own_step(metric):
-    """The damping is an argument of the compiled step, like the learning rate: one trace for
-    the sweep, and each damping's step is p − η (p')♯, ♯ the metric made with that damping
-    applied eagerly to jax.grad of the composite's mean loss."""
+    """The damping (a diagonal's weights) is an argument of the compiled step, like the
+    learning rate: one trace for the sweep, and each damping's step is p − η (p')♯, ♯ the
+    metric made with that damping applied eagerly to jax.grad of the composite's mean loss."""
     def loss(p):
         z = jax.vmap(lambda xi: MODEL.forward(xi, p))(X[:6])
         return jnp.mean(0.5 * jnp.sum((z - Y[:6]) ** 2, axis=-1))

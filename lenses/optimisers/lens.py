@@ -124,9 +124,10 @@ class Optimiser:
                 self.max_halvings)
 
     def hyperparams(self) -> tuple:
-        """The numbers the compiled step takes as arguments: one dict per part (learning
-        rate, momentum, Adam's b1, b2, eps, ...), each number a Python float."""
-        return tuple({k: float(v) for k, v in getattr(part, "hyper", {}).items()}
+        """The values the compiled step takes as arguments: one dict per part (learning
+        rate, momentum, Adam's b1, b2, eps, a metric's damping, ...), each number a Python
+        float; a diagonal metric's weights as given (a pytree of arrays)."""
+        return tuple({k: _number(v) for k, v in getattr(part, "hyper", {}).items()}
                      for part in self.parts)
 
     def with_hyperparams(self, hyper) -> "Optimiser":
@@ -137,7 +138,7 @@ class Optimiser:
 
     def __eq__(self, other):
         return isinstance(other, Optimiser) and self.key() == other.key() and \
-            self.hyperparams() == other.hyperparams()
+            value_key(self.hyperparams()) == value_key(other.hyperparams())
 
     def __hash__(self):
         return hash(self.key())
@@ -253,6 +254,14 @@ class Optimiser:
         look = "" if self._look is False else f", lookahead={self._look!r}"
         name = "" if self.name == "chain" else f", name={self.name!r}"
         return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
+
+
+def _number(v):
+    """A hyperparameter as the compiled step takes it: a number as a Python float, a pytree of
+    arrays (a diagonal's weights) as it is."""
+    if v is None or jax.tree_util.tree_structure(v).num_leaves != 1 or jnp.ndim(v) != 0:
+        return v
+    return float(v)
 
 
 def _part_key(part):
