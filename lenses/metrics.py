@@ -79,8 +79,8 @@ class Metric:
         return {name: getattr(self, name) for name in self.hyperparameters}
 
     def rebuilt(self, hyper: dict) -> "Metric":
-        """This metric with the numbers `hyper` (traced values, inside a compiled step; they
-        were checked when the metric was made)."""
+        """This metric with the values `hyper` (traced, inside a compiled step; they were
+        checked when the metric was made)."""
         metric = copy.copy(self)
         vars(metric).update(hyper)
         return metric

@@ -259,9 +259,7 @@ class Optimiser:
 def _number(v):
     """A hyperparameter as the compiled step takes it: a number as a Python float, a pytree of
     arrays (a diagonal's weights) as it is."""
-    if v is None or jax.tree_util.tree_structure(v).num_leaves != 1 or jnp.ndim(v) != 0:
-        return v
-    return float(v)
+    return float(v) if isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0 else v
 
 
 def _part_key(part):

@@ -74,7 +74,7 @@ class Part(optax.GradientTransformationExtraArgs):
     `init(params) -> state`; `update(updates, state, params=None, **extra) -> (updates', state')`.
     Being an `optax.GradientTransformationExtraArgs`, a part also goes into `optax.chain`.
 
-    `hyper` (a dict of numbers) and `build` (`build(**hyper)` makes the same part again) make
+    `hyper` (a dict of numbers, or of pytrees of arrays) and `build` (`build(**hyper)` makes the same part again) make
     a part's hyperparameters values rather than constants: the training step passes them as
     arguments of its compiled function, so that parts equal but for their numbers share one
     compilation (as `optax.inject_hyperparams` does). A part without `build` is compared by
@@ -247,16 +247,16 @@ class Sharp(Part):
             return unwrap(metric.sharp(params, cov, ctx)), state
 
         init = metric.init_state if stateful else _empty
-        # The metric's own numbers (a damping) are hyperparameters of this part, passed to
-        # the compiled step as arguments like the learning rate.
-        numbers = metric.hyper() if isinstance(metric, Metric) else {}
-        build = (lambda **h: Sharp(metric.rebuilt(h))) if numbers else None
-        self = super().__new__(cls, init, update, f"sharp({metric!r})", numbers, build)
+        # The metric's own values (a damping, a diagonal's weights) are hyperparameters of
+        # this part, passed to the compiled step as arguments like the learning rate.
+        values = metric.hyper() if isinstance(metric, Metric) else {}
+        build = (lambda **h: Sharp(metric.rebuilt(h))) if values else None
+        self = super().__new__(cls, init, update, f"sharp({metric!r})", values, build)
         self.metric = metric
         return self
 
     def key(self):
-        """The metric by value, its numbers (`hyper`) left out: they are arguments."""
+        """The metric by value, its hyperparameters (`hyper`) left out: they are arguments."""
         return ("sharp", value_key(self.metric, exclude=tuple(self.hyper)))
 
 
