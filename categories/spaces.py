@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import draws
 from .errors import DimensionError, DomainError, KindError
 
 
@@ -214,7 +215,7 @@ class Space:
 
     def sample_interior(self, key):
         """A point of the open set drawn from a distribution supported well inside it."""
-        return jax.random.normal(key, self.shape)
+        return draws.normal(key, self.shape)
 
 
 def _real_array(a, what: str) -> np.ndarray:
@@ -285,7 +286,7 @@ class R(Space):
         return x
 
     def sample_interior(self, key):
-        return None if self.is_terminal else jax.random.normal(key, self.shape)
+        return None if self.is_terminal else draws.normal(key, self.shape)
 
     def __repr__(self) -> str:
         return "R^0" if self.is_terminal else _shape_str(self.shape)
@@ -405,8 +406,8 @@ class OpenBall(Space):
         return jnp.where(far, slack, jnp.inf)
 
     def sample_interior(self, key):
-        k1, k2 = jax.random.split(key)
-        v = jax.random.normal(k1, self.shape)
+        k1, k2 = draws.split(key, 2)
+        v = draws.normal(k1, self.shape)
         v = v / (jnp.linalg.norm(v) + 1e-12)
         r = self.radius * jax.random.uniform(k2, (), minval=0.0, maxval=0.9)
         return self._center() + r * v
@@ -440,7 +441,7 @@ class Positive(Space):
         return jnp.asarray(x)
 
     def sample_interior(self, key):
-        return jnp.exp(0.5 * jax.random.normal(key, self.shape))
+        return jnp.exp(0.5 * draws.normal(key, self.shape))
 
     def __repr__(self) -> str:
         return f"Positive({_shape_str(self.shape)})"
@@ -496,7 +497,7 @@ class Product(Space):
         return x
 
     def sample_interior(self, key):
-        keys = jax.random.split(key, max(len(self.factors), 1))
+        keys = draws.split(key, max(len(self.factors), 1))
         return tuple(f.sample_interior(k) for f, k in zip(self.factors, keys))
 
     def __repr__(self) -> str:

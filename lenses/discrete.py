@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Product, R, Space
+from categories import Product, R, Space, draws
 from categories.spaces import dimension
 
 from .families import LensFamily, family
@@ -122,7 +122,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
             raise SpaceMismatch(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
                             f"fix it with {name}.at(Tokens(T, {vocab}))")
         return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,
-                     init=lambda k: jax.random.normal(k, (d, vocab)))
+                     init=lambda k: draws.normal(k, (d, vocab)))
 
     return family(make, name)
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from categories import R, Space
+from categories import R, Space, draws
 from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
 from categories.spaces import dimension
 
@@ -26,7 +26,7 @@ from .structure import add, copy
 
 def _normal(key, shape, fan_in):
     # LeCun normal: keeps the variance of W x near that of x for unit-variance inputs.
-    return jax.random.normal(key, shape) / math.sqrt(max(fan_in, 1))
+    return draws.normal(key, shape) / math.sqrt(max(fan_in, 1))
 
 
 def _sizes(layer: str, **sizes) -> list:

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Covector, Product, R, Smooth, Space, Vector, check_composable
+from categories import Covector, Product, R, Smooth, Space, Vector, check_composable, draws
 from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories import para_tie as _tie_para
 from categories.linear import unwrap
@@ -639,7 +639,7 @@ class Chain(ParaLens):
         return a
 
     def init(self, key):
-        keys = jax.random.split(key, len(self.children))
+        keys = draws.split(key, len(self.children))
         return tuple(part.init(k) for part, k in zip(self.children, keys))
 
     def term(self, inside=False):
@@ -724,7 +724,7 @@ class Parallel(ParaLens):
         return tuple(h._probe(x, p, deltas, inputs) for h, x, p in zip(self.children, ac, pq))
 
     def init(self, key):
-        return tuple(h.init(k) for h, k in zip(self.children, jax.random.split(key)))
+        return tuple(h.init(k) for h, k in zip(self.children, draws.split(key, 2)))
 
     def term(self, inside=False):
         f, g = self.children

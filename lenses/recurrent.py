@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from categories import Product, R, Smooth, Space
+from categories import Product, R, Smooth, Space, draws
 
 from .families import LensFamily, family
 from .layers import _normal, _sizes, identity
@@ -59,7 +59,7 @@ def rnn_cell(n_in: int, n_hidden: int) -> Layer:
         return jnp.tanh(W @ x + U @ h + b)
 
     def init(k):
-        k1, k2 = jax.random.split(k)
+        k1, k2 = draws.split(k, 2)
         return (_normal(k1, (n_hidden, n_in), n_in), _normal(k2, (n_hidden, n_hidden), n_hidden),
                 jnp.zeros((n_hidden,)))
 
@@ -90,7 +90,7 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
         return (1.0 - z) * n + z * h
 
     def init(k):
-        k1, k2 = jax.random.split(k)
+        k1, k2 = draws.split(k, 2)
         return (_normal(k1, (3 * m, n_in), n_in), _normal(k2, (3 * m, m), m),
                 jnp.zeros((3 * m,)), jnp.zeros((3 * m,)))
 
@@ -121,7 +121,7 @@ def lstm_cell(n_in: int, n_hidden: int) -> Layer:
         return jnp.stack([o * jnp.tanh(c2), c2])
 
     def init(k):
-        k1, k2 = jax.random.split(k)
+        k1, k2 = draws.split(k, 2)
         # the forget gate's bias starts at 1: the cell state is kept, not forgotten, at first
         b = jnp.zeros((4 * m,)).at[m:2 * m].set(1.0)
         return _normal(k1, (4 * m, n_in), n_in), _normal(k2, (4 * m, m), m), b

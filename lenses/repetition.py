@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from categories import Positive, Product, R, Space
+from categories import Positive, Product, R, Space, draws
 from categories.errors import SpaceMismatch
 from categories.spaces import dimension
 
@@ -172,8 +173,14 @@ class Repeat(ParaLens):
         return forward, backward
 
     def init(self, key):
-        """The layer's own initialiser, drawn independently for each copy."""
-        return jax.vmap(self.layer.init)(jax.random.split(key, self.n))
+        """The layer's own initialiser, drawn independently for each copy: copy i's at key i
+        of `jax.random.split(key, n)`."""
+        if isinstance(key, jax.core.Tracer):  # under a trace: one program for the n copies
+            return jax.vmap(self.layer.init)(jax.random.split(key, self.n))
+        # Eagerly, copy by copy, stacked on the host: the same numbers, and nothing compiled
+        # for the stacked shapes (`draws`)
+        copies = [self.layer.init(k) for k in draws.split(key, self.n)]
+        return jax.tree_util.tree_map(lambda *a: jnp.asarray(np.stack(a)), *copies)
 
     def term(self, inside=False):
         return f"repeat({self.layer.term()}, {self.n}{', remat' if self.remat else ''})"

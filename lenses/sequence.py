@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import R, Space
+from categories import R, Space, draws
 
 from .families import LensFamily, family
 from .losses import LossFamily
@@ -112,7 +112,7 @@ def position_embedding(scale: float = 0.02) -> LensFamily:
     def make(A: Space) -> Layer:
         _sequence(A, "position_embedding")
         return Layer(A, A, R(*A.shape), lambda X, E: X + E, name="position_embedding",
-                     init=lambda k: scale * jax.random.normal(k, A.shape))
+                     init=lambda k: scale * draws.normal(k, A.shape))
 
     return family(make, "position_embedding", endo=True)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from categories import draws
 from lenses import epoch_order, gd, half_squared_error, momentum, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,14 +56,15 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
                            process_id=pid, initialization_timeout=60)
 import numpy as np
 from jax.sharding import Mesh
+from categories import draws
 from lenses import dense, fit, gd, half_squared_error, momentum, tanh, train_step
 FAULT_CASES
 
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 model = dense(3, 8) >> tanh >> dense(8, 2)
 p0 = model.init(jax.random.PRNGKey(0))
-X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (16, 3)))
-Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (16, 2)))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
+Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (16, 2)))
 mine = slice(8 * pid, 8 * (pid + 1))  # this process's rows: it feeds its own shard
 
 step = train_step(model, half_squared_error, momentum(0.1, 0.9), mesh=mesh)
@@ -122,8 +124,8 @@ def test_two_processes_train_as_one(tmp_path):
     from lenses import dense, tanh
     model = dense(3, 8) >> tanh >> dense(8, 2)
     p0 = model.init(jax.random.PRNGKey(0))
-    X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (16, 3)))
-    Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (16, 2)))
+    X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
+    Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (16, 2)))
 
     one = train_step(model, half_squared_error, momentum(0.1, 0.9))
     ref = one.init(p0)

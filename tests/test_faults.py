@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from categories import Covector, DomainError, Positive, R
+from categories import Covector, DomainError, Positive, R, draws
 from lenses import (NonFiniteError, ParaLens, adam, dense, gd, half_squared_error, momentum,
                     tanh, train_step)
 
@@ -54,8 +54,8 @@ def warm(step, params, X, Y, n=2):
 
 
 MLP = dense(2, 3) >> tanh >> dense(3, 1)
-XM = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (6, 2)))
-YM = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (6, 1)))
+XM = np.asarray(draws.normal(jax.random.PRNGKey(0), (6, 2)))
+YM = np.asarray(draws.normal(jax.random.PRNGKey(1), (6, 1)))
 
 
 def test_nan_covector_is_refused_and_state_kept():

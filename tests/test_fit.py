@@ -10,14 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from categories import DomainError, Positive, R
+from categories import DomainError, Positive, R, draws
 from lenses import (NonFiniteError, ParaLens, adam, dense, epoch_order, fit, gd,
                     half_squared_error, momentum, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = MODEL.init(jax.random.PRNGKey(0))
-X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (44, 3)))
-Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (44, 2)))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (44, 3)))
+Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (44, 2)))
 KEY = jax.random.PRNGKey(5)
 BATCH = 4  # 11 steps per epoch
 

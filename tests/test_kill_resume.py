@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import pytest
 
+from categories import draws
 from lenses import adam, dense, fit, half_squared_error, load, tanh
 
 SCRIPT = textwrap.dedent("""
@@ -27,13 +28,14 @@ SCRIPT = textwrap.dedent("""
     import jax
     jax.config.update("jax_enable_x64", True)
     import numpy as np
+    from categories import draws
     from lenses import adam, dense, fit, half_squared_error, save, tanh
 
     ckpt, out, slow = sys.argv[1], sys.argv[2], sys.argv[3] == "slow"
     model = dense(3, 5) >> tanh >> dense(5, 2)
     p0 = model.init(jax.random.PRNGKey(0))
-    X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (40, 3)))
-    Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (40, 2)))
+    X = np.asarray(draws.normal(jax.random.PRNGKey(1), (40, 3)))
+    Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (40, 2)))
 
     def pause(state):  # the first start holds still after each checkpoint: it is killed here
         if slow:
@@ -84,8 +86,8 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_bit_for_bit_as_the_uninterrupte
 
     # the oracle: the same run, uninterrupted, here (same data, same configuration: float64)
     p0 = MODEL.init(jax.random.PRNGKey(0))
-    X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (40, 3)))
-    Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (40, 2)))
+    X = np.asarray(draws.normal(jax.random.PRNGKey(1), (40, 3)))
+    Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (40, 2)))
     ref, history = fit(MODEL, half_squared_error, adam(0.02), p0, (X, Y), epochs=3, batch_size=4,
                        key=5, checkpoint_every=5, checkpoint_path=str(tmp_path / "ref"))
     final = load(out, MODEL, adam(0.02)).state

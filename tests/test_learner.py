@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from categories import R, Vector
+from categories import R, Vector, draws
 from categories.linear import unwrap
 from lenses import (Metric, TrainState, accuracy, adam, dense, fit, gd,
                     half_squared_error, nesterov, sigmoid, softmax_cross_entropy, tanh,
@@ -21,7 +21,7 @@ from lenses import (Metric, TrainState, accuracy, adam, dense, fit, gd,
 CE3 = functools.partial(softmax_cross_entropy, classes=3)
 MODEL = dense(4, 6) >> tanh >> dense(6, 3)
 P0 = MODEL.init(jax.random.PRNGKey(0))
-X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (10, 4)))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (10, 4)))
 Y = np.asarray(jax.random.randint(jax.random.PRNGKey(2), (10,), 0, 3))
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 from jax.extend.core import jaxprs_in_params
 
-from categories import Product, R
+from categories import Product, R, draws
 from lenses import (ParaLens, batch_loss, batched, checkpoint, dense, dL, half_squared_error,
                     repeat, tanh)
 
@@ -151,8 +151,8 @@ def test_recompute_in_segments_gives_the_values_and_covectors_of_the_store_rule(
     model = checkpoint(store, segments=segments)
     assert model.param == store.param and model.dom == store.dom  # the same lens, other rule
     p = store.init(jax.random.PRNGKey(0))
-    X = jax.random.normal(jax.random.PRNGKey(1), (BATCH, WIDTH))
-    G = jax.random.normal(jax.random.PRNGKey(2), (BATCH, WIDTH))
+    X = draws.normal(jax.random.PRNGKey(1), (BATCH, WIDTH))
+    G = draws.normal(jax.random.PRNGKey(2), (BATCH, WIDTH))
     Ws, bs = [p[3 * i][0] for i in range(n)], [p[3 * i][1] for i in range(n)]
     Y0, pull0 = jax.vjp(jax.vmap(plain_chain, (0, None, None, None)), X, Ws, bs, c)
     dX0, dW0, db0, _ = pull0(G)

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from categories import Covector, R, Smooth, Vector
+from categories import Covector, R, Smooth, Vector, draws
 from categories.linear import unwrap
 from lenses import (Constant, Context, Diagonal, Euclidean, Metric, adagrad, adam, dense,
                     from_optax, gd, half_squared_error, momentum, nesterov, tanh, train_step)
@@ -27,8 +27,8 @@ LR, BETA, STEPS = 0.05, 0.9, 20
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = MODEL.init(jax.random.PRNGKey(0))
-X = jax.random.normal(jax.random.PRNGKey(1), (8, 3))
-Y = jax.random.normal(jax.random.PRNGKey(2), (8, 2))
+X = draws.normal(jax.random.PRNGKey(1), (8, 3))
+Y = draws.normal(jax.random.PRNGKey(2), (8, 2))
 
 
 def hand_loss(p):
@@ -40,7 +40,7 @@ def hand_loss(p):
 
 grad = jax.jit(jax.grad(hand_loss))
 
-_A = jax.random.normal(jax.random.PRNGKey(3), (MODEL.param.size, MODEL.param.size))
+_A = draws.normal(jax.random.PRNGKey(3), (MODEL.param.size, MODEL.param.size))
 G_SPD = _A @ _A.T / MODEL.param.size + 0.5 * jnp.eye(MODEL.param.size)
 
 

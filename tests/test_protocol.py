@@ -16,7 +16,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from categories import R  # noqa: E402
+from categories import R, draws  # noqa: E402
 from lenses import (KFAC, Affine, Context, Euclidean, Layer, ParaLens, batched, check_backward,  # noqa: E402
                     checkpoint, dense, diagram, draw, expression, family, gd, half_squared_error,
                     picture, relu, repeat, residual, tanh, tie, train_step, uses)
@@ -96,8 +96,8 @@ def test_the_new_combinator_in_parallel_batched_and_checkpointed():
     f = scaled(dense(2, 2), 3.0) @ dense(1, 1)
     kf, kg = jax.random.split(jax.random.PRNGKey(1))
     p = (dense(2, 2).init(kf), dense(1, 1).init(kg))
-    X = (jax.random.normal(kf, (5, 2)), jax.random.normal(kg, (5, 1)))
-    C = (jax.random.normal(kg, (5, 2)), jax.random.normal(kf, (5, 1)))
+    X = (draws.normal(kf, (5, 2)), draws.normal(kg, (5, 1)))
+    C = (draws.normal(kg, (5, 2)), draws.normal(kf, (5, 1)))
 
     def total(X, p):  # ⟨C, f(X)⟩ summed over the batch, written directly
         (W, b), (V, c) = p
@@ -127,7 +127,7 @@ def test_the_new_combinator_is_described_drawn_and_checked():
 def test_the_new_combinator_trains_with_train_step():
     model, p = MODEL(), _point(2)
     q = ((p[0], None), p[2])
-    X = jax.random.normal(jax.random.PRNGKey(3), (8, 2))
+    X = draws.normal(jax.random.PRNGKey(3), (8, 2))
     Y = jnp.sin(X[:, :1])
     step = train_step(model, half_squared_error, gd(0.1))
     state, report = step(step.init(q), X, Y)
@@ -178,7 +178,7 @@ def test_combinators_of_families_compose_and_train():
     assert model.is_fixed()
     key = jax.random.PRNGKey(0)
     p = model.init(key)
-    X = jax.random.normal(key, (16, 3))
+    X = draws.normal(key, (16, 3))
     Y = jnp.stack([jnp.sin(X[:, 0]), jnp.cos(X[:, 1])], axis=1)
     step = train_step(model, half_squared_error, gd(0.05))
     state = step.init(p)
@@ -207,8 +207,8 @@ def test_parallel_families_fix_on_a_product_domain_and_train():
 
 def _kfac_data(model, n=12):
     key = jax.random.PRNGKey(7)
-    X = jax.random.normal(key, (n, model.dom.shape[0]))
-    Y = jax.random.normal(jax.random.PRNGKey(8), (n, model.cod.shape[0]))
+    X = draws.normal(key, (n, model.dom.shape[0]))
+    Y = draws.normal(jax.random.PRNGKey(8), (n, model.cod.shape[0]))
     return X, Y
 
 

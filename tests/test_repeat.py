@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from categories import DomainError, OpenBox, Positive, Product, R
+from categories import DomainError, OpenBox, Positive, Product, R, draws
 from lenses import (ParaLens, batched, checkpoint, dense, gd, repeat, stacked, tanh, train_step,
                     half_squared_error)
 from lenses import Stacked
@@ -44,7 +44,7 @@ def oracle(x, P, c):
 
 def test_repeat_equals_the_plain_composite_per_example():
     r, P = point()
-    x, c = jax.random.normal(jax.random.PRNGKey(1), (W,)), jax.random.normal(jax.random.PRNGKey(2), (W,))
+    x, c = draws.normal(jax.random.PRNGKey(1), (W,)), draws.normal(jax.random.PRNGKey(2), (W,))
     y, (dx, dP) = jax.jit(lambda x, P, c: (r.forward(x, P), r.backward(x, P, c)))(x, P, c)
     y0, dx0, dW0, db0 = jax.jit(oracle)(x, P, c)
     close(y, y0)
@@ -62,8 +62,8 @@ def test_repeat_equals_the_explicit_chain_with_the_same_parameters_batched():
     for _ in range(N - 1):
         chain = chain >> layer
     slots = tuple(q for copy_point in r.unstack(P) for q in copy_point)  # ((W,b), None) per copy
-    X = jax.random.normal(jax.random.PRNGKey(3), (4, W))
-    C = jax.random.normal(jax.random.PRNGKey(4), (4, W))
+    X = draws.normal(jax.random.PRNGKey(3), (4, W))
+    C = draws.normal(jax.random.PRNGKey(4), (4, W))
     both = jax.jit(lambda X, C, P, slots: (batched(r).forward(X, P), batched(r).backward(X, P, C),
                                            batched(chain).forward(X, slots),
                                            batched(chain).backward(X, slots, C)))
@@ -81,7 +81,7 @@ def test_repeat_equals_the_explicit_chain_with_the_same_parameters_batched():
 
 def test_forward_equals_the_plain_function_also_under_jit():
     r, P = point()
-    X = jax.random.normal(jax.random.PRNGKey(5), (3, W))
+    X = draws.normal(jax.random.PRNGKey(5), (3, W))
     (Ws, bs), _ = P
     expected = jax.vmap(lambda x: plain(x, list(Ws), list(bs)))(X)
     close(batched(r).forward(X, P), expected)
@@ -111,8 +111,8 @@ def test_every_kind_of_layer_and_the_recompute_flag_give_the_oracle(make, remat)
             x = jnp.sin(x) * rest[i] if make == "hand-written" else jnp.tanh(x)
         return x
 
-    X = jax.random.normal(jax.random.PRNGKey(7), (4, W))
-    C = jax.random.normal(jax.random.PRNGKey(8), (4, W))
+    X = draws.normal(jax.random.PRNGKey(7), (4, W))
+    C = draws.normal(jax.random.PRNGKey(8), (4, W))
     # one compiled program per case: the lens's values and covectors beside the oracle's
     Y, (dX, dP) = jax.jit(lambda X, P, C: (batched(r).forward(X, P), batched(r).backward(X, P, C)))(X, P, C)
     Y0, vpull = jax.vjp(jax.vmap(f, (0, None, None, None)), X, Ws, bs, rest)
@@ -177,8 +177,8 @@ def test_a_parameterless_polymorphic_layer_takes_its_space_from_composition():
 def test_a_training_step_moves_the_stacked_parameters_by_the_gradient():
     model = dense(3, W) >> repeat(dense(W, W) >> tanh, 3) >> dense(W, 2)
     p = model.init(jax.random.PRNGKey(0))
-    X = jax.random.normal(jax.random.PRNGKey(1), (6, 3))
-    Y = jax.random.normal(jax.random.PRNGKey(2), (6, 2))
+    X = draws.normal(jax.random.PRNGKey(1), (6, 3))
+    Y = draws.normal(jax.random.PRNGKey(2), (6, 2))
     step = train_step(model, half_squared_error, gd(0.1))
     state, _ = step(step.init(p), X, Y)
 

@@ -12,13 +12,14 @@ import jax
 import numpy as np
 import pytest
 
+from categories import draws
 from lenses import (CheckpointError, CheckpointMismatch, KindError, Saved, SpaceMismatch, adam,
                     dense, fit, gd, half_squared_error, load, momentum, save, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = MODEL.init(jax.random.PRNGKey(0))
-X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (44, 3)))
-Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (44, 2)))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (44, 3)))
+Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (44, 2)))
 KEY = jax.random.PRNGKey(5)
 
 

@@ -20,14 +20,15 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 import numpy as np
 from jax.sharding import Mesh
+from categories import draws
 from lenses import adam, dense, fit, gd, half_squared_error, nesterov, tanh, train_step
 
 out = {"devices": len(jax.devices())}
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 model = dense(3, 8) >> tanh >> dense(8, 2)
 p0 = model.init(jax.random.PRNGKey(0))
-X = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (16, 3)))
-Y = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (16, 2)))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
+Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (16, 2)))
 
 diffs, moved = {}, {}
 for name, make, reduction in [("gd", gd, "mean"), ("nesterov", nesterov, "sum"),

@@ -11,14 +11,16 @@ import pytest
 
 from lenses import accuracy, adam, dense, fit, relu, softmax_cross_entropy, tanh
 
-datasets = pytest.importorskip("sklearn.datasets")
-model_selection = pytest.importorskip("sklearn.model_selection")
-preprocessing = pytest.importorskip("sklearn.preprocessing")
+
+def sklearn(module: str):
+    """A module of scikit-learn (its bundled data), imported by the test that reads it: the
+    import takes seconds, which a process running neither test does not pay."""
+    return pytest.importorskip(f"sklearn.{module}")
 
 
 def test_iris_training_accuracy():
-    X, y = datasets.load_iris(return_X_y=True)
-    X = preprocessing.StandardScaler().fit_transform(X)
+    X, y = sklearn("datasets").load_iris(return_X_y=True)
+    X = sklearn("preprocessing").StandardScaler().fit_transform(X)
     model = dense(4, 16) >> tanh >> dense(16, 3)
     params = model.init(jax.random.PRNGKey(0))
     before = accuracy(model, params, X, y)
@@ -30,9 +32,9 @@ def test_iris_training_accuracy():
 
 
 def test_digits_held_out_accuracy():
-    X, y = datasets.load_digits(return_X_y=True)
+    X, y = sklearn("datasets").load_digits(return_X_y=True)
     X = X / 16.0
-    X_train, X_test, y_train, y_test = model_selection.train_test_split(
+    X_train, X_test, y_train, y_test = sklearn("model_selection").train_test_split(
         X, y, test_size=0.25, random_state=0)
     model = dense(64, 128) >> relu >> dense(128, 10)
     state, history = fit(model, functools.partial(softmax_cross_entropy, classes=10), adam(3e-3),
