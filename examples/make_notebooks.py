@@ -391,7 +391,7 @@ assert steps_to(study_b["Fisher"], TARGET_B) < min(steps_to(r, TARGET_B)
                                                   for m, r in study_b.items() if m != "Fisher")
 print("claim of (b): the Fisher step reaches the target in the fewest steps")
 """, stable=True),
-    md("""
+    md(r"""
 ## (c) An MLP on digits: KFAC against Euclidean, a frozen diagonal, Adam
 
 `dense(64, 32) ≫ tanh ≫ dense(32, 10)` on scikit-learn's 8×8 digits (1500 to train on, 297
