@@ -10,7 +10,7 @@ count. So a draw here asks for the next power of 16 and keeps the first n, on th
 shape of every model of a process shares one of four compilations (16, 256, 4096 and 65536
 numbers, each drawn in well under a millisecond). Where that does not hold (another generator,
 a typed key, a key under a trace, a draw of more than 65536 numbers), the draw is JAX's own
-call. `tests/test_spaces.py` checks the numbers against JAX's, bit for bit.
+call. `tests/test_draws.py` checks the numbers against JAX's, bit for bit.
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def normal(key, shape: tuple):
     Only the draw itself is padded: arithmetic on it belongs to the caller, on the drawn
     shape (XLA's float32 division, for one, rounds differently in vector lanes than in the
     rest, so the same quotient computed over a padded array may differ in its last bit)."""
-    m = _padded(math.prod(shape))
+    n = math.prod(shape)
+    m = _padded(n)
     if m is None or not _prefix_stable(key):
         return jax.random.normal(key, shape)
-    return jnp.asarray(np.asarray(jax.random.normal(key, (m,)))[:math.prod(shape)].reshape(shape))
+    return jnp.asarray(np.asarray(jax.random.normal(key, (m,)))[:n].reshape(shape))
 
 
 def split(key, n: int) -> list:
