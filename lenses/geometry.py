@@ -215,9 +215,11 @@ class SlotMetric(Metric):
         if rule is None or ts[0] is None:
             return euclid(*ts)
         for t in ts:  # the point and the (co)vector: arrays of the slot's shape
-            if tuple(jnp.shape(t)) != tuple(S.shape):
+            # None has no shape (JAX deprecates asking), so it is named, not measured
+            got = "None" if t is None else f"shape {tuple(jnp.shape(t))}"
+            if got != f"shape {tuple(S.shape)}":
                 raise DomainError(f"{self!r}: a point or (co)vector of {S!r} has shape "
-                                  f"{tuple(S.shape)}, got shape {tuple(jnp.shape(t))}")
+                                  f"{tuple(S.shape)}, got {got}")
         return leaf(rule, S, *ts)
 
     def _space(self, *objs):

@@ -9,7 +9,8 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from categories import Covector, OpenBall, OpenBox, Positive, R, Vector
@@ -131,6 +132,9 @@ SPACES = {"ball": (Poincare(), OpenBall([0.0, 0.0], 1.0)),
 @FUZZ
 @given(st.sampled_from(sorted(SPACES)), st.one_of(JUNK, arrays()), st.one_of(arrays(), JUNK),
        st.floats(-60, 60))
+@example("ball", np.zeros(2), None, 1.0)  # a point inside and no vector
+@example("positive", np.ones(2), None, 1.0)
+@pytest.mark.filterwarnings("error")  # JAX's deprecations (shape of None) included
 def test_geometry_moves_start_inside_and_end_inside(which, p, v, scale):
     metric, S = SPACES[which]
     v = v * scale if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
