@@ -216,8 +216,9 @@ class SlotMetric(Metric):
             return euclid(*ts)
         for t in ts:  # the point and the (co)vector: arrays of the slot's shape
             # None has no shape (JAX deprecates asking), so it is named, not measured
-            got = "None" if t is None else f"shape {tuple(jnp.shape(t))}"
-            if got != f"shape {tuple(S.shape)}":
+            shape = None if t is None else tuple(jnp.shape(t))
+            if shape != tuple(S.shape):
+                got = "None" if shape is None else f"shape {shape}"
                 raise DomainError(f"{self!r}: a point or (co)vector of {S!r} has shape "
                                   f"{tuple(S.shape)}, got {got}")
         return leaf(rule, S, *ts)
