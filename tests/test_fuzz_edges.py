@@ -359,12 +359,16 @@ DATA = {"good": (XF, YF), "short x": (XF[:6], YF), "short y": (XF, YF[:6]), "wid
        st.one_of(st.none(), st.integers(-1, 3)), st.sampled_from([None, "good", "wide"]))
 @example("good", 4, 0, None, None, "good")
 @example("good", np.int64(3), np.int32(0), 2, 0, None)
+@example("good", 9, 2, None, None, None)  # one row more than the data has
+@example("good", 9, 0, None, None, None)
 def test_fit_arguments(data, batch_size, epochs, dispatch, max_steps, eval_data):
     evals = {None: None, "good": (XF, np.arange(8) % 2), "wide": (XF, np.ones((8, 5)))}
     kind, got = outcome(lambda: fit(LIN, half_squared_error, gd(0.1), PLIN, DATA[data],
                                     epochs=epochs, batch_size=batch_size, steps_per_dispatch=dispatch,
                                     max_steps=max_steps, eval_data=evals[eval_data]))
-    valid = (data == "good" and int_at_least(batch_size, 1) and int_at_least(epochs, 0)
+    # batches of exactly batch_size: more than the 8 rows is refused, not shrunk to 8
+    valid = (data == "good" and int_at_least(batch_size, 1) and int(batch_size) <= 8
+             and int_at_least(epochs, 0)
              and (dispatch is None or int_at_least(dispatch, 1))
              and (max_steps is None or max_steps >= 0) and eval_data in (None, "good"))
     assert (kind == "ok") == valid, (data, batch_size, epochs, dispatch, max_steps, eval_data, got)
@@ -374,7 +378,7 @@ def test_fit_arguments(data, batch_size, epochs, dispatch, max_steps, eval_data)
         assert all(np.array_equal(a, b) for a, b in zip(state.params, PLIN))
     elif valid:  # JUNK can draw a valid count: that many epochs of 8 // batch_size steps each
         state, history = got
-        steps = int(epochs) * (8 // min(int(batch_size), 8))
+        steps = int(epochs) * (8 // int(batch_size))
         assert int(state.count) == (steps if max_steps is None else min(steps, max_steps))
 
 
