@@ -14,9 +14,9 @@ import pytest
 from categories import Covector, R
 from categories.linear import unwrap
 from lenses import (KFAC, CheckpointMismatch, Context, Diagonal, FitProgress, GaussNewton,
-                    HyperparameterError, KindError, ParaLens, ShapeError, adam, dense,
-                    epoch_order, fit, from_optax, gd, half_squared_error, momentum, tanh,
-                    train_step)
+                    HyperparameterError, KindError, ParaLens, ShapeError, adam, conv2d, dense,
+                    epoch_order, fit, flatten, from_optax, gd, half_squared_error, momentum,
+                    tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), MODEL.init(jax.random.PRNGKey(0)))
@@ -228,14 +228,25 @@ def test_a_state_of_another_optimiser_is_refused_naming_both():
         fit(MODEL, half_squared_error, adam(0.1), state, (X, Y), epochs=1, batch_size=4)
 
 
+def _mlp():
+    return dense(2, 16) >> tanh >> dense(16, 1), (8, 2)
+
+
+def _conv():
+    return (conv2d(1, 3, 3) >> tanh >> flatten >> dense(3 * 4 * 4, 1)).at(R(1, 6, 6)), (8, 1, 6, 6)
+
+
+@pytest.mark.parametrize("net", [_mlp, _conv], ids=["mlp", "conv"])
 @pytest.mark.parametrize("make", [lambda: adam(0.01), lambda: momentum(0.1, 0.9), lambda: gd(0.1)])
-def test_run_and_fit_are_the_calls_bit_for_bit_with_every_rule(make):
+def test_run_and_fit_are_the_calls_bit_for_bit_with_every_rule(make, net):
     """A chunk runs the loop a call runs (for one step), so its arithmetic is the calls': XLA
-    contracts multiply-adds into fused ones alike. (A top-level step against a scanned one
-    differed in the last bits of Adam's moments once its numbers were arguments.)"""
-    model = dense(2, 16) >> tanh >> dense(16, 1)
+    compiles the one loop body alike. (A top-level step against a scanned one differed in
+    the last bits of Adam's moments once its numbers were arguments; a conv net's step
+    compiled on its own differs from the same step in a loop with every rule, in float32
+    and float64: so a call is not compiled straight.)"""
+    model, shape = net()
     p = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), model.init(jax.random.PRNGKey(0)))
-    Xs = RNG.standard_normal((16, 8, 2)).astype(np.float32)
+    Xs = RNG.standard_normal((16,) + shape).astype(np.float32)
     Ys = RNG.standard_normal((16, 8, 1)).astype(np.float32)
     step = train_step(model, half_squared_error, make())
     state = step.init(p)
