@@ -22,8 +22,17 @@ median of 3 such pairs per repeat); the hand-written JAX step as one `lax.scan` 
 epoch; PyTorch eager looped; and how many compilations a sweep of five learning rates
 through `fit` costs.
 
-    .venv/bin/python bench/step.py                 # all configurations, both tables
+A third table (`--tables cost`) shows where a `train_step` call's time goes, one difference
+at a time, each a loop over the same 64 batches read at the end (wall clock): the
+hand-written JAX step; the lens step; the lens step carrying the state a call carries (the
+step count and the fault record); the checked step compiled straight (`jax.jit(step.step_fn)`:
+the verdict, the selection of the old state, the slope); and the call, which runs the
+checked step as the one-step case of the loop every chunk runs (the price of a chunk having
+the calls' bits). Each is first checked to take the hand-written step's step.
+
+    .venv/bin/python bench/step.py                 # all configurations, the first two tables
     .venv/bin/python bench/step.py --sizes 4-16-3 --losses se --repeats 9 --tables loop
+    .venv/bin/python bench/step.py --tables cost --repeats 5 --processes 2
 """
 
 from __future__ import annotations
@@ -187,8 +196,8 @@ def relative_error(ps, ref) -> float:
 
 def agreement(sizes, batch, loss, params=None, X=None, Y=None) -> dict:
     """The relative difference from numpy's hand-written step of one step of each JAX
-    contestant (the lens step, `train_step`, `train_step(...).run` over two batches) from the
-    same float32 point."""
+    contestant (the lens step, `train_step`, its traceable `step_fn` under `jax.jit`,
+    `train_step(...).run` over two batches) from the same float32 point."""
     import jax
     import numpy as np
 
@@ -204,8 +213,10 @@ def agreement(sizes, batch, loss, params=None, X=None, Y=None) -> dict:
     ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
     state, _ = ts(ts.init(p_lens), Xj, Yj)
     ran, _ = ts.run(ts.init(p_lens), np.stack([X, X]), np.stack([Y, Y]))
+    straight, _ = jax.jit(ts.step_fn)(ts.init(p_lens), Xj, Yj)
     got = {"lens": [w for w in lens_step(sizes, loss)(p_lens, Xj, Yj)[0] if w is not None],
            "train_step": [w for w in state.params if w is not None],
+           "step_fn": [w for w in straight.params if w is not None],
            "jax": jax_step(sizes, loss)([tuple(map(jax.numpy.asarray, wb)) for wb in params],
                                         Xj, Yj)[0]}
     errors = {name: relative_error(ps, ref) for name, ps in got.items()}
@@ -404,35 +415,142 @@ LOOP_COLUMNS = ["train_step, read at end", "jax loop, read at end", "train_step,
                 "jax loop, read every step", "run", "fit", "jax scan", "torch loop"]
 
 
-def loop_table(args):
-    print(f"\n# loops over {STEPS} batches, µs of wall-clock time per step, each library's default "
-          f"threads: median [min–max] over {args.repeats} repeats × {args.processes} processes; "
-          "ratios: medians of side-by-side pairs\n")
-    rows, ratios = [], []
+def wall_clock_runs(args, mode: str):
+    """([network, loss], the workers' results) for each configuration, timed in `mode` by
+    fresh processes with each library's default threads, in wall-clock time."""
     batches = dict(CONFIGS)
     for sizes in args.sizes:
         batch = args.batch or batches.get(sizes, 256)
         for loss in args.losses:
             cfg = {"sizes": sizes, "batch": batch, "loss": loss, "repeats": args.repeats,
-                   "target_s": args.target, "mode": "loop"}
-            results = [C.run_worker(__file__, cfg, threads=0, clock="wall")
-                       for _ in range(args.processes)]
-            t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
-            pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
-            fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
-            name = [f"{sizes} b{batch}", LOSSES[loss]]
-            rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
-            ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
-                                  pair("train_step, read every step", "jax loop, read every step"),
-                                  pair("run", "jax loop, read at end"),
-                                  fit_ratio("jax loop, read at end"), pair("run", "jax scan"),
-                                  fit_ratio("jax scan"),
-                                  str(max(r["sweep_compiles"] for r in results))])
+                   "target_s": args.target, "mode": mode}
+            yield ([f"{sizes} b{batch}", LOSSES[loss]],
+                   [C.run_worker(__file__, cfg, threads=0, clock="wall")
+                    for _ in range(args.processes)])
+
+
+def loop_table(args):
+    print(f"\n# loops over {STEPS} batches, µs of wall-clock time per step, each library's default "
+          f"threads: median [min–max] over {args.repeats} repeats × {args.processes} processes; "
+          "ratios: medians of side-by-side pairs\n")
+    rows, ratios = [], []
+    for name, results in wall_clock_runs(args, "loop"):
+        t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
+        pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
+        fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
+        rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
+        ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
+                              pair("train_step, read every step", "jax loop, read every step"),
+                              pair("run", "jax loop, read at end"),
+                              fit_ratio("jax loop, read at end"), pair("run", "jax scan"),
+                              fit_ratio("jax scan"),
+                              str(max(r["sweep_compiles"] for r in results))])
     print(C.table(["network", "loss"] + [f"{k} µs" for k in LOOP_COLUMNS], rows))
     print()
     print(C.table(["network", "loss", "calls/JAX (read at end)", "calls/JAX (read every step)",
                    "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
                    "compilations, sweep of 5 rates"], ratios))
+
+
+# -- where a call's time goes -------------------------------------------------------------------
+
+COST_COLUMNS = ["jax", "lens", "lens + state", "step_fn", "call"]
+
+
+def cost_contestants(sizes, loss, params):
+    """(steps, starts): from the hand-written step to a `train_step` call, one difference at
+    a time (the lens step; it carrying the state a call carries; the checked step, straight
+    line; the call), each with the point it starts from (the same numbers)."""
+    import jax
+    import jax.numpy as jnp
+
+    from lenses import gd, train_step
+    from lenses.training import TrainState
+
+    ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
+    lens = lens_step(sizes, loss)
+
+    @jax.jit
+    def with_state(state, X, Y):
+        p, v = lens(state.params, X, Y)
+        return TrainState(p, state.opt_state, state.count + 1, state.fault), v
+
+    state0 = ts.init(lens_params(params))
+    steps = {"jax": jax_step(sizes, loss), "lens": lens, "lens + state": with_state,
+             "step_fn": jax.jit(ts.step_fn), "call": ts}
+    starts = {name: state0 for name in steps}
+    starts["jax"] = [tuple(jnp.asarray(a) for a in wb) for wb in params]
+    starts["lens"] = state0.params
+    return steps, starts
+
+
+def cost_agreement(steps, starts, X, Y) -> dict:
+    """The relative difference of one step of each contestant from the hand-written step's."""
+    import numpy as np
+
+    def layers(name, x):  # the (W, b) pairs of what a step returned
+        p = x if name in ("jax", "lens") else x.params
+        return [tuple(np.asarray(a) for a in wb) for wb in p if wb is not None]
+
+    ref = layers("jax", steps["jax"](starts["jax"], X, Y)[0])
+    return {name: relative_error(layers(name, fn(starts[name], X, Y)[0]), ref)
+            for name, fn in steps.items()}
+
+
+def cost_worker(cfg):
+    """Wall clock per call of loops over STEPS batches read at the end, for each of
+    `cost_contestants`."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
+    params, X, Y = data(sizes, batch, loss)
+    rng = np.random.default_rng(1)
+    Xb = [jnp.asarray(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+          for _ in range(STEPS)]
+    Yb = [jnp.asarray(rng.standard_normal((batch, sizes[-1])).astype(np.float32) if loss == "se"
+                      else rng.integers(0, sizes[-1], batch).astype(np.int32)) for _ in range(STEPS)]
+    steps, starts = cost_contestants(sizes, loss, params)
+    errors = cost_agreement(steps, starts, jnp.asarray(X), jnp.asarray(Y))
+    box = dict(starts)
+
+    def loop(name):
+        def run():
+            x, fn = box[name], steps[name]
+            for X1, Y1 in zip(Xb, Yb):
+                x, _ = fn(x, X1, Y1)
+            jax.block_until_ready(x)
+            box[name] = x
+        return run
+
+    fns = {name: loop(name) for name in steps}
+    for f in fns.values():
+        f()  # compile and warm up
+    times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
+    C.emit({"config": cfg, "times": {k: [t / STEPS for t in v] for k, v in times.items()},
+            "errors": errors})
+
+
+def cost_table(args):
+    print(f"\n# where a call's time goes: loops over {STEPS} batches read at the end, µs of "
+          f"wall-clock time per call, each library's default threads: median [min–max] over "
+          f"{args.repeats} repeats × {args.processes} processes; ratios to the hand-written "
+          "JAX step: medians of side-by-side pairs\n")
+    rows, failures = [], []
+    for name, results in wall_clock_runs(args, "cost"):
+        t = {k: sum((r["times"][k] for r in results), []) for k in COST_COLUMNS}
+        err = max(max(r["errors"].values()) for r in results)
+        if err > 1e-5:
+            failures.append(f"{' '.join(name)}: parameters differ by {err:.2g} (relative)")
+        rows.append(name + [C.summary(t[k], 1e6) for k in COST_COLUMNS]
+                    + [f"{C.med(C.paired_ratio(t[k], t['jax'])):.2f}" for k in COST_COLUMNS[1:]]
+                    + [f"{err:.1e}"])
+    print(C.table(["network", "loss"] + [f"{k} µs" for k in COST_COLUMNS]
+                  + [f"{k}/JAX" for k in COST_COLUMNS[1:]] + ["max rel. diff after 1 step"], rows))
+    if failures:
+        print("\nPARAMETERS DISAGREE:\n" + "\n".join(failures))
+        sys.exit(1)
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -445,14 +563,15 @@ def main():
     ap.add_argument("--batch", type=int, default=None, help="batch size for every --sizes given")
     ap.add_argument("--losses", nargs="*", default=list(LOSSES), choices=list(LOSSES))
     ap.add_argument("--target", type=float, default=0.15, help="seconds per timed repeat (default 0.15)")
-    ap.add_argument("--tables", nargs="*", default=["step", "loop"], choices=["step", "loop"],
+    ap.add_argument("--tables", nargs="*", default=["step", "loop"], choices=["step", "loop", "cost"],
                     help="step: one step, CPU time (by default); loop: the loops users run "
-                         "(train_step, fit), wall clock, default threads")
+                         "(train_step, fit), wall clock, default threads; cost: where a "
+                         "train_step call's time goes, wall clock")
     C.add_common_args(ap, processes=2, repeats=5)
     args = ap.parse_args()
     if args.worker:
         cfg = json.loads(args.worker)
-        return loop_worker(cfg) if cfg.get("mode") == "loop" else worker(cfg)
+        return {"loop": loop_worker, "cost": cost_worker}.get(cfg.get("mode"), worker)(cfg)
     C.setup(args)
 
     print(f"# bench/step.py — {C.machine(args)}")
@@ -460,6 +579,8 @@ def main():
         step_table(args)
     if "loop" in args.tables:
         loop_table(args)
+    if "cost" in args.tables:
+        cost_table(args)
 
 
 def step_table(args):

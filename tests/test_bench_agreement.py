@@ -2,7 +2,8 @@
 contestants the suite can run (JAX and this library; PyTorch is a bench extra).
 
 - bench/step.py: one step of each contestant is the step numpy's hand-written
-  backpropagation takes;
+  backpropagation takes; the contestants of its cost table (from the hand-written JAX step
+  to a `train_step` call, one difference at a time) take the hand-written step's;
 - bench/modern.py: the tiny language model (embedding, dropout keyed per example, a
   transformer block, layer_norm, the head), one SGD step as a lens expression against the
   same network written in JAX (a float32-rounded dropout key gave another mask: 1.3 apart).
@@ -34,9 +35,26 @@ def bench(name):
 def test_step_bench_contestants_agree_with_numpy(loss):
     with jax.numpy_rank_promotion("allow"):  # the hand-written JAX step broadcasts its bias
         errors = bench("step").agreement([4, 6, 3], 8, loss)
-    assert set(errors) == {"lens", "train_step", "jax", "run (2 steps)"}
+    assert set(errors) == {"lens", "train_step", "step_fn", "jax", "run (2 steps)"}
     for name, err in errors.items():
         assert err < 1e-5, (name, err)
+
+
+@pytest.mark.parametrize("loss", ["se", "ce"])
+def test_step_bench_cost_table_contestants_agree_with_the_hand_written_step(loss):
+    step = bench("step")
+    params, X, Y = step.data([4, 6, 3], 8, loss)
+    with jax.numpy_rank_promotion("allow"):  # the hand-written JAX step broadcasts its bias
+        steps, starts = step.cost_contestants([4, 6, 3], loss, params)
+        errors = step.cost_agreement(steps, starts, jax.numpy.asarray(X), jax.numpy.asarray(Y))
+        moved = steps["jax"](starts["jax"], X, Y)[0]
+    assert set(errors) == {"jax", "lens", "lens + state", "step_fn", "call"}
+    assert errors["jax"] == 0.0
+    for name, err in errors.items():
+        assert err < 1e-5, (name, err)
+    # the step moved the parameters (a real comparison)
+    assert max(float(np.max(np.abs(np.asarray(a) - b))) for wb, pwb in zip(moved, params)
+               for a, b in zip(wb, pwb)) > 0
 
 
 def test_modern_lm_step_agrees_with_jax_in_float32():
