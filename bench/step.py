@@ -196,8 +196,8 @@ def relative_error(ps, ref) -> float:
 
 def agreement(sizes, batch, loss, params=None, X=None, Y=None) -> dict:
     """The relative difference from numpy's hand-written step of one step of each JAX
-    contestant (the lens step, `train_step`, its traceable `step_fn` under `jax.jit`,
-    `train_step(...).run` over two batches) from the same float32 point."""
+    contestant (the lens step, `train_step`, `train_step(...).run` over two batches) from the
+    same float32 point."""
     import jax
     import numpy as np
 
@@ -213,10 +213,8 @@ def agreement(sizes, batch, loss, params=None, X=None, Y=None) -> dict:
     ts = train_step(lens_model(sizes), loss_family(loss, sizes[-1]), gd(LR))
     state, _ = ts(ts.init(p_lens), Xj, Yj)
     ran, _ = ts.run(ts.init(p_lens), np.stack([X, X]), np.stack([Y, Y]))
-    straight, _ = jax.jit(ts.step_fn)(ts.init(p_lens), Xj, Yj)
     got = {"lens": [w for w in lens_step(sizes, loss)(p_lens, Xj, Yj)[0] if w is not None],
            "train_step": [w for w in state.params if w is not None],
-           "step_fn": [w for w in straight.params if w is not None],
            "jax": jax_step(sizes, loss)([tuple(map(jax.numpy.asarray, wb)) for wb in params],
                                         Xj, Yj)[0]}
     errors = {name: relative_error(ps, ref) for name, ps in got.items()}
@@ -315,6 +313,21 @@ def jax_scan_epoch(sizes, loss):
     return jax.jit(epoch)
 
 
+def epoch_data(sizes, batch, loss):
+    """The STEPS batches the loops run over: (X, Y) whole, stacked (a leading axis of steps)
+    on the device, and as lists of the device batches."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    n = STEPS * batch
+    Xall = rng.standard_normal((n, sizes[0])).astype(np.float32)
+    Yall = (rng.standard_normal((n, sizes[-1])).astype(np.float32) if loss == "se"
+            else rng.integers(0, sizes[-1], n).astype(np.int32))
+    XS, YS = jnp.asarray(Xall.reshape(STEPS, batch, -1)), jnp.asarray(Yall.reshape(STEPS, batch, *Yall.shape[1:]))
+    return Xall, Yall, XS, YS, [XS[i] for i in range(STEPS)], [YS[i] for i in range(STEPS)]
+
+
 def loop_worker(cfg):
     """Wall clock, each library's default threads: loops over STEPS batches, per step."""
     import jax.numpy as jnp
@@ -325,13 +338,7 @@ def loop_worker(cfg):
 
     sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
     params, _, _ = data(sizes, batch, loss)
-    rng = np.random.default_rng(1)
-    n = STEPS * batch
-    Xall = rng.standard_normal((n, sizes[0])).astype(np.float32)
-    Yall = (rng.standard_normal((n, sizes[-1])).astype(np.float32) if loss == "se"
-            else rng.integers(0, sizes[-1], n).astype(np.int32))
-    XS, YS = jnp.asarray(Xall.reshape(STEPS, batch, -1)), jnp.asarray(Yall.reshape(STEPS, batch, *Yall.shape[1:]))
-    Xb, Yb = [XS[i] for i in range(STEPS)], [YS[i] for i in range(STEPS)]
+    Xall, Yall, XS, YS, Xb, Yb = epoch_data(sizes, batch, loss)
     p_jax = [tuple(jnp.asarray(a) for a in wb) for wb in params]
     model, family = lens_model(sizes), loss_family(loss, sizes[-1])
     jx, scan = jax_step(sizes, loss), jax_scan_epoch(sizes, loss)
@@ -499,18 +506,13 @@ def cost_agreement(steps, starts, X, Y) -> dict:
 
 def cost_worker(cfg):
     """Wall clock per call of loops over STEPS batches read at the end, for each of
-    `cost_contestants`."""
+    `cost_contestants` (over the loop table's batches)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
     params, X, Y = data(sizes, batch, loss)
-    rng = np.random.default_rng(1)
-    Xb = [jnp.asarray(rng.standard_normal((batch, sizes[0])).astype(np.float32))
-          for _ in range(STEPS)]
-    Yb = [jnp.asarray(rng.standard_normal((batch, sizes[-1])).astype(np.float32) if loss == "se"
-                      else rng.integers(0, sizes[-1], batch).astype(np.int32)) for _ in range(STEPS)]
+    Xb, Yb = epoch_data(sizes, batch, loss)[4:]
     steps, starts = cost_contestants(sizes, loss, params)
     errors = cost_agreement(steps, starts, jnp.asarray(X), jnp.asarray(Y))
     box = dict(starts)
