@@ -480,7 +480,8 @@ def cost_contestants(sizes, loss, params):
     @jax.jit
     def with_state(state, X, Y):
         p, v = lens(state.params, X, Y)
-        return TrainState(p, state.opt_state, state.count + 1, state.fault), v
+        count_one = jnp.asarray([1, 0, 0, 0], jnp.int32)  # what a passing step adds to the ledger
+        return TrainState(p, state.opt_state, state.ledger + count_one), v
 
     state0 = ts.init(lens_params(params))
     steps = {"jax": jax_step(sizes, loss), "lens": lens, "lens + state": with_state,

@@ -158,7 +158,8 @@ class Program:
         assert isinstance(err, ParalensError)
         assert (int(err.kind), err.step, err.slot) == tuple(int(v) for v in record)
         assert isinstance(err.kind, Fault)
-        assert bits(err.state) == bits(s_after._replace(fault=jnp.zeros(3, jnp.int32)))
+        cleared = TrainState.of(s_after.params, s_after.opt_state, int(s_after.count))
+        assert bits(err.state) == bits(cleared)  # the state before the fault, record cleared
 
     def read(self, ri):
         report, rows = self.reports[ri]

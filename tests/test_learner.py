@@ -172,4 +172,4 @@ def test_train_state_is_a_pytree():
     state = train_step(MODEL, CE3, adam(0.1)).init(P0)
     assert isinstance(state, TrainState)
     n = len(jax.tree_util.tree_leaves(state))
-    assert n == 4 + 1 + 4 + 4 + 1 + 1  # params, adam count, mu, nu, step count, fault record
+    assert n == 4 + 1 + 4 + 4 + 1  # params, adam count, mu, nu, the ledger (count and fault)

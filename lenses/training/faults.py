@@ -2,7 +2,7 @@
 
 A step is accepted when its covector is finite, its new point is finite and inside the open
 parameter object, and every target is one the loss family accepts; otherwise it is refused,
-and the first refusal is recorded in the state as (kind, step, slot) — `Fault` names the
+and the first refusal is recorded in the state's ledger as (kind, step, slot) — `Fault` names the
 kinds. `verdict` decides it on the device for one step (the checked step selects the old
 state where it says no, in a call and in a chunk alike); `fault_error` turns a record read
 back on the host into the catalogued error.
@@ -60,11 +60,12 @@ def _inside_flags(space, p_new, inside):
     return jnp.where(inside, jnp.ones_like(per), per)
 
 
-def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
-    """(accepted, fault record) for one step, on the device: accepted when no fault was
-    pending and the covector, the new point, the open set and the targets all pass; the
-    record is the pending one, or this step's first failure (a refused target is named
-    first: it is the cause of whatever else failed).
+def verdict(ledger, cov, p_new, inside, targets_ok, space):
+    """(accepted, ledger') for one step, on the device, from the state's ledger (count, kind,
+    step, slot): accepted when no fault was pending and the covector, the new point, the
+    open set and the targets all pass, and then the count advances; else the ledger keeps the
+    pending fault, or records this step's first failure (a refused target is named first: it
+    is the cause of whatever else failed).
 
     Every check is read off a scalar per slot (the largest |coordinate| of the covector,
     shared with the slope, and of the new point; the slot's indicator), so a step pays one
@@ -72,7 +73,7 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
     which faults are named (targets, covector, new point, open set), so that the first
     failure, its kind and its slot are read off one `argmin`: a few operations for XLA to
     compile rather than one per check."""
-    clean = state_fault[0] == 0
+    count, clean = ledger[0], ledger[1] == 0
     checks = [(Fault.TARGET, jnp.ones((1,), bool) if targets_ok is None else targets_ok),
               (Fault.COVECTOR, finite_flags(cov, space)), (Fault.NEW_POINT, finite_flags(p_new, space)),
               (Fault.OUTSIDE, _inside_flags(space, p_new, inside))]
@@ -81,10 +82,10 @@ def verdict(state_fault, count, cov, p_new, inside, targets_ok, space):
     slots = np.concatenate([np.arange(np.size(f), dtype=np.int32) for _, f in checks])
     first = jnp.argmin(flags)  # the first failure (index 0, a pass, when there is none)
     good = flags[first]
-    record = jnp.stack([jnp.asarray(kinds)[first], (count + 1).astype(jnp.int32),
-                        jnp.asarray(slots)[first]])
-    fault = jnp.where(clean & ~good, record, jnp.asarray(state_fault, jnp.int32))
-    return clean & good, fault
+    ok = clean & good
+    record = jnp.stack([count, jnp.asarray(kinds)[first], count + 1, jnp.asarray(slots)[first]])
+    passed = ledger + jnp.asarray([1, 0, 0, 0], ledger.dtype) * ok.astype(ledger.dtype)
+    return ok, jnp.where(clean & ~good, record, passed)
 
 
 def fault_error(state, record, names=None, note: str = "", spaces=None):
@@ -109,7 +110,7 @@ def fault_error(state, record, names=None, note: str = "", spaces=None):
         error = NonFiniteError(f"step {step}: {what} of {name} contains NaN or infinity; the "
                                "step is refused and the parameters are left as they were")
     error.kind, error.step, error.slot = kind, step, slot
-    error.state = state._replace(fault=jnp.zeros((3,), jnp.int32))
+    error.state = state._replace(ledger=jnp.asarray(state.ledger).at[1:].set(0))
     return error
 
 

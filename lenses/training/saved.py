@@ -160,8 +160,8 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
             tensors[f"{prefix}{p}"] = np.asarray(leaf)
-    tensors["count"] = np.asarray(state.count)
-    tensors["fault"] = np.asarray(state.fault)
+    ledger = np.asarray(state.ledger)  # kept as a count and a fault record, as files always were
+    tensors["count"], tensors["fault"] = np.array(ledger[0]), ledger[1:].copy()
     typed = key is not None and _is_typed_key(key)
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
@@ -342,7 +342,7 @@ def load(path, model, opt=None) -> Saved:
             raise CheckpointError(f"{os.fspath(path)!r} lacks its RNG key")
         key = (jax.random.wrap_key_data(raw, impl=meta["key"][len("typed:"):])
                if meta["key"].startswith("typed:") else jnp.asarray(raw))
-    state = TrainState(params, opt_state, jnp.asarray(count), jnp.asarray(fault))
+    state = TrainState.of(params, opt_state, int(count), tuple(int(v) for v in fault))
     info = dict(meta)
     info["extra"] = {name: tensors[f"extra.{name}"] for name in meta.get("extra", [])}
     return Saved(state, key, info)

@@ -120,12 +120,10 @@ class StepCore:
         state bit for bit and records (kind, step, slot); later steps are no-ops until the
         fault is seen. (state', (loss, slope))."""
         s_new, p_new, inside, cov, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
-        ok, fault = verdict(state.fault, state.count, cov, p_new, inside, targets_ok,
-                            self.model.param)
+        ok, ledger = verdict(state.ledger, cov, p_new, inside, targets_ok, self.model.param)
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
                                      (p_new, s_new), (state.params, state.opt_state))
-        count = state.count + ok.astype(state.count.dtype)
-        return TrainState(params, opt_state, count, fault), (loss, sl)
+        return TrainState(params, opt_state, ledger), (loss, sl)
 
     # -- the one loop every step runs in -------------------------------------------------------
     def row(self, loss, sl, kind):
@@ -156,7 +154,7 @@ class StepCore:
 
         def one(i, s):
             s, (loss, sl) = self.checked(hyper, s, *batch(i))
-            return s, self.row(loss, sl, s.fault[0])
+            return s, self.row(loss, sl, s.ledger[1])
 
         def write(rows, r, i):
             return lax.dynamic_update_index_in_dim(rows, r, i, 0, allow_negative_indices=False)
@@ -168,14 +166,17 @@ class StepCore:
             *one(i, c[0])), (state, rows))
 
     def compiled(self, kind: str):
-        """The compiled loop: "call" (hyper, state, X, Y, k=1) ↦ (state', row), "stacked"
+        """The compiled loop: "call" (hyper, state, X, Y) ↦ (state', row) (k = 1), "stacked"
         (hyper, state, Xs, Ys, k) and "gather" (hyper, state, (X, Y), idx, k) ↦ (state', rows);
         once per core (and per signature), its traces counted."""
         if kind not in self._compiled:
-            def fn(hyper, state, a, b, k):
+            def fn(hyper, state, a, b, k=None):
                 self.traces[kind] = self.traces.get(kind, 0) + 1
                 if kind == "call":
                     a, b = tree_map(lambda v: v[None], (a, b))  # a stack of one batch
+                    # k = 1 behind a barrier: XLA cannot read it, so it cannot unroll the
+                    # loop, and a call costs no buffer for k
+                    k = lax.optimization_barrier(jnp.asarray(1, jnp.int32))
                     state, rows = self.steps(hyper, state, a, b, k, False)
                     return state, rows[0]
                 return self.steps(hyper, state, a, b, k, kind == "gather")
@@ -186,8 +187,8 @@ class StepCore:
                 rep = NamedSharding(self.mesh, PartitionSpec())
                 axes = (self.axis,) if kind == "call" else (None, self.axis)
                 batch = NamedSharding(self.mesh, PartitionSpec(*axes))
-                self._compiled[kind] = jax.jit(fn, in_shardings=(rep, rep, batch, batch, rep),
-                                               out_shardings=rep)
+                shardings = (rep, rep, batch, batch) + ((rep,) if kind != "call" else ())
+                self._compiled[kind] = jax.jit(fn, in_shardings=shardings, out_shardings=rep)
         return self._compiled[kind]
 
 

@@ -67,10 +67,8 @@ class TrainStep:
         self.spaces = slot_spaces(fixed)
         self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis)
         self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
-        self._one = jnp.asarray(1, jnp.int32)  # a call is the loop of one step (`StepCore.steps`)
         if mesh is not None:
-            self._hyper, self._one = jax.device_put((self._hyper, self._one),
-                                                    NamedSharding(mesh, PartitionSpec()))
+            self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
         self._call = self._core.compiled("call")
         self._describe = (self.names, opt._note(), self.spaces)
 
@@ -78,8 +76,7 @@ class TrainStep:
         """The state (p, s₀, 0, no fault) for the initial point p."""
         check_params(self.model.param, params, self.names)
         self.model.param.check(params, "the initial parameters")
-        state = TrainState(params, self.opt.init(params), jnp.zeros((), jnp.int32),
-                           jnp.zeros((3,), jnp.int32))
+        state = TrainState.of(params, self.opt.init(params))
         if self.mesh is not None:  # replicated over the mesh, across processes too
             state = jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
         return state
@@ -100,7 +97,7 @@ class TrainStep:
             self._check_split(_rows(X))
         X, Y = _own(X), _own(Y)
         try:
-            new, row = self._call(self._hyper, state, X, Y, self._one)
+            new, row = self._call(self._hyper, state, X, Y)
         except ParalensError:
             raise
         except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing (a string batch)
