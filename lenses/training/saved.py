@@ -160,8 +160,8 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
             tensors[f"{prefix}{p}"] = np.asarray(leaf)
-    ledger = np.asarray(state.ledger)  # kept as a count and a fault record, as files always were
-    tensors["count"], tensors["fault"] = np.array(ledger[0]), ledger[1:].copy()
+    tensors["count"] = np.asarray(state.count)
+    tensors["fault"] = np.asarray(state.fault)
     typed = key is not None and _is_typed_key(key)
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)

@@ -51,7 +51,7 @@ def settle(pending: Pending, describe):
     record (step and slot) read back."""
     rows = np.asarray(pending.rows)
     if rows[-1, 2] != 0:
-        raise fault_error(pending.end, np.asarray(pending.end.ledger)[1:], *describe)
+        raise fault_error(pending.end, np.asarray(pending.end.fault), *describe)
     return pending.end, rows
 
 

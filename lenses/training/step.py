@@ -154,7 +154,7 @@ class StepCore:
 
         def one(i, s):
             s, (loss, sl) = self.checked(hyper, s, *batch(i))
-            return s, self.row(loss, sl, s.ledger[1])
+            return s, self.row(loss, sl, s.fault[0])
 
         def write(rows, r, i):
             return lax.dynamic_update_index_in_dim(rows, r, i, 0, allow_negative_indices=False)
