@@ -16,7 +16,7 @@ from categories.linear import unwrap
 from lenses import (KFAC, CheckpointMismatch, Context, Diagonal, FitProgress, GaussNewton,
                     HyperparameterError, KindError, ParaLens, ShapeError, adam, conv2d, dense,
                     epoch_order, fit, flatten, from_optax, gd, half_squared_error, momentum,
-                    tanh, train_step)
+                    softmax_cross_entropy, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), MODEL.init(jax.random.PRNGKey(0)))
@@ -257,3 +257,25 @@ def test_run_and_fit_are_the_calls_bit_for_bit_with_every_rule(make, net):
     fitted, _ = fit(model, half_squared_error, make(), p, (b for b in zip(Xs, Ys)),
                     steps_per_dispatch=5)
     assert bits(fitted) == bits(state)
+
+
+def test_a_call_reads_its_batch_only_inside_the_loop():
+    """A call runs the loop of one step over a stack of one batch, whose index XLA simplifies
+    away: without the barrier that ties the batch to the step's index, XLA hoists what
+    depends on the batch alone (with cross-entropy: the one-hot scatter of the labels and
+    their check) out of the loop into values the loop carries, and the call cost 1.7x the
+    same step compiled straight (bench/README.md). Oracle: the compiled program's text; at
+    its top level the batch is only reshaped and handed to the loop."""
+    model = dense(4, 16) >> tanh >> dense(16, 3)
+    step = train_step(model, softmax_cross_entropy(classes=3), gd(0.1))
+    state = step.init(model.init(jax.random.PRNGKey(0)))
+    X, labels = jnp.ones((8, 4), jnp.float32), jnp.zeros((8,), jnp.int32)
+    text = step._core.compiled("call").lower(step._hyper, state, X, labels).compile().as_text()
+    entry = text[text.index("\nENTRY"):].split("\n}")[0].splitlines()[1:]
+    batch = {line.split(" = ")[0].strip() for line in entry  # the inputs and the labels
+             if " parameter(" in line and ('op_name="a"' in line or 'op_name="b"' in line)}
+    assert len(batch) == 2, entry
+    readers = [line.split(" = ")[1].split("(")[0].split()[-1] for line in entry
+               if any(f"({n})" in line or f"({n}," in line or f" {n}," in line
+                      or f" {n})" in line for n in batch)]
+    assert readers and set(readers) <= {"bitcast"}, readers

@@ -149,8 +149,14 @@ class StepCore:
 
         def batch(i):
             if gather:
-                return _take(a, at(b, i))
-            return tree_map(lambda v: at(v, i), (a, b))
+                xy = _take(a, at(b, i))
+            else:
+                xy = tree_map(lambda v: at(v, i), (a, b))
+            # Tied to i, so that XLA cannot hoist out of the loop what depends on the batch
+            # alone: in a call (a stack of one, whose index it simplifies away) it would, and
+            # the hoisted values, carried through the loop, made a cross-entropy call of a
+            # 4-16-3 network 1.7x slower (bench/README.md); a chunk runs the same body.
+            return lax.optimization_barrier((i, xy))[1]
 
         def one(i, s):
             s, (loss, sl) = self.checked(hyper, s, *batch(i))
