@@ -184,6 +184,7 @@ def test_layer_sizes_are_positive_integers(which, a, b):
 @given(st.one_of(st.integers(-1, 3), JUNK), st.one_of(st.integers(0, 3), JUNK),
        st.one_of(st.integers(0, 6), st.tuples(st.integers(0, 3), st.integers(1, 3)), JUNK),
        st.one_of(st.integers(0, 3), JUNK), st.sampled_from(["VALID", "SAME", "same", 0, 1, -1, "x", 1.5]))
+@example(1, 1, 6, 1, "VALID")  # a kernel larger than the input, with padding named
 def test_conv2d_sizes_and_the_input_they_fit(cin, cout, kernel, stride, padding):
     kind, fam = outcome(lambda: conv2d(cin, cout, kernel, stride, padding))
     def pair(k):  # an int or a pair of them (documented), as a pair; None if neither
@@ -200,7 +201,7 @@ def test_conv2d_sizes_and_the_input_they_fit(cin, cout, kernel, stride, padding)
         pad = 0 if isinstance(padding, str) else int(padding)
         fits = isinstance(padding, str) and padding.upper() == "SAME" or all(5 + 2 * pad >= k for k in ks)
         assert (kind == "ok") == fits
-        if fits and not isinstance(padding, str) or padding == "VALID":
+        if fits and (not isinstance(padding, str) or padding == "VALID"):  # the sizes it fits
             out = [(5 + 2 * pad - k) // int(t) + 1 for k, t in zip(ks, ss)]
             assert layer.cod == R(int(cout), *out)
 
