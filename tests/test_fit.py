@@ -184,3 +184,40 @@ def test_fit_with_eval_data_compiles_once_not_per_epoch():
     # an equal optimiser reuses the compiled chunk, and predict was compiled by the first
     # run: more epochs of training and evaluation add no trace at all
     assert first > 0 and two == 0 and len(traces) == first
+
+
+@pytest.mark.parametrize("data", ["in memory", "stream"])
+def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch):
+    """fit dispatches each chunk before it settles the one before, so that the device has work
+    while the host reads back. Any JAX operation the host dispatches meanwhile (indexing the
+    state on the device, as `int(state.count)` does) runs after the chunk in flight and makes
+    the host wait for it: that made a 64-128-10 fit cost 1.3x a `lax.scan` epoch, and 1.0-1.1x
+    without it (bench/README.md). So from its first chunk on, fit only transfers."""
+    import jax._src.dispatch as dispatch  # where every operation run outside jit passes
+
+    from lenses.training import schedule
+
+    ops, in_flight = [], []
+    real_op, real_dispatch = dispatch.xla_primitive_callable, schedule.dispatch
+
+    def op(prim, **params):
+        ops.append((prim.name, bool(in_flight)))
+        return real_op(prim, **params)
+
+    def dispatched(*args, **kwargs):
+        in_flight.append(True)
+        return real_dispatch(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "xla_primitive_callable", op)
+    int(jnp.asarray([3, 4])[1])  # the hook sees an operation outside jit (else it is stale)
+    assert ops, "the hook no longer sees JAX's operations outside jit"
+    monkeypatch.setattr(schedule, "dispatch", dispatched)
+    source = (X, Y) if data == "in memory" else \
+        [(X[i:i + BATCH], Y[i:i + BATCH]) for i in range(0, 40, BATCH)]
+    for _ in range(2):  # the first run compiles
+        ops.clear(), in_flight.clear()
+        state, history = fit(MODEL, half_squared_error, gd(0.05), P0, source, epochs=3,
+                             batch_size=BATCH, key=KEY, steps_per_dispatch=3, progress=False)
+    assert len(history) == 3 and state.steps_taken() == (33 if data == "in memory" else 30)
+    assert len(in_flight) == 12  # four chunks an epoch
+    assert [name for name, after_first_chunk in ops if after_first_chunk] == []

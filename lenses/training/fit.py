@@ -119,21 +119,21 @@ class _Run:
         self.step, self.source, self.state = step, source, state
         self.eval_data, self.every, self.path = eval_data, every, path
         self.on_checkpoint, self.callbacks = on_checkpoint, callbacks
-        self.first = source.first_epoch(int(state.count))
+        self.first = source.first_epoch(state.steps_taken())
         self.last = self.first + plan["epochs"] - 1
         self.max_steps, self.history, self.losses = plan["max_steps"], [], []
         if resumed:
             self.last, self.max_steps = resumed["last"], resumed["max_steps"]
             self.history = resumed["history"]
             self.losses = [resumed["epoch_losses"]] if len(resumed["epoch_losses"]) else []
-        self.bar = _bar(progress, source.total(int(state.count), self.last, self.max_steps))
+        self.bar = _bar(progress, source.total(state.steps_taken(), self.last, self.max_steps))
         self.started, self.taken = time.perf_counter(), 0
 
     def go(self):
         """Dispatch each chunk, then settle the one before it: (state, history)."""
         core, hyper, pending = self.step._core, self.step._hyper, None
         try:
-            for chunk in self.source.chunks(int(self.state.count), self.first, self.last,
+            for chunk in self.source.chunks(self.state.steps_taken(), self.first, self.last,
                                             self.max_steps):
                 if chunk.first_in_epoch:
                     self.started, self.taken = time.perf_counter(), 0
@@ -157,7 +157,7 @@ class _Run:
             raise
         self.losses.append(rows[:, 0])
         self.taken += len(rows)
-        count = int(self.state.count)
+        count = self.state.steps_taken()
         if self.every and count % self.every == 0 and not chunk.last_in_epoch:
             self._checkpoint()  # mid-epoch: the epoch's losses so far
         self.bar.set_description(f"epoch {chunk.epoch}/{self.last}", refresh=False)
@@ -177,7 +177,7 @@ class _Run:
             record["accuracy"] = accuracy(self.step.model, self.state.params, *self.eval_data)
         self.history.append(record)
         self.losses = []
-        if self.every and int(self.state.count) % self.every == 0:
+        if self.every and self.state.steps_taken() % self.every == 0:
             self._checkpoint()  # at the epoch's end: its record is in the history
 
     def _checkpoint(self):

@@ -53,6 +53,18 @@ class TrainState(NamedTuple):
         """The number of steps taken (a scalar array)."""
         return self.ledger[0]
 
+    def steps_taken(self) -> int:
+        """The number of steps taken, read back to the host as an int: one transfer of the
+        ledger, which waits for the computation that wrote it and for nothing dispatched after
+        it (`int(state.count)` first dispatches an indexing computation, which runs after
+        everything already in flight: in `fit`, after the next chunk).
+
+        Examples:
+            >>> TrainState.of(jnp.zeros(2), (), count=3).steps_taken()
+            3
+        """
+        return int(np.asarray(self.ledger)[0])
+
     @property
     def fault(self):
         """The first fault not yet seen: (kind, step, slot), kind 0 if none."""
