@@ -186,13 +186,14 @@ def test_fit_with_eval_data_compiles_once_not_per_epoch():
     assert first > 0 and two == 0 and len(traces) == first
 
 
-@pytest.mark.parametrize("data", ["in memory", "stream"])
-def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch):
+@pytest.mark.parametrize("data", ["in memory", "stream", "checkpointed"])
+def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch, tmp_path):
     """fit dispatches each chunk before it settles the one before, so that the device has work
     while the host reads back. Any JAX operation the host dispatches meanwhile (indexing the
     state on the device, as `int(state.count)` does) runs after the chunk in flight and makes
     the host wait for it: that made a 64-128-10 fit cost 1.3x a `lax.scan` epoch, and 1.0-1.1x
-    without it (bench/README.md). So from its first chunk on, fit only transfers."""
+    without it (bench/README.md). So from its first chunk on, fit only transfers, saving
+    checkpoints included."""
     import jax._src.dispatch as dispatch  # where every operation run outside jit passes
 
     from lenses.training import schedule
@@ -212,12 +213,15 @@ def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch):
     int(jnp.asarray([3, 4])[1])  # the hook sees an operation outside jit (else it is stale)
     assert ops, "the hook no longer sees JAX's operations outside jit"
     monkeypatch.setattr(schedule, "dispatch", dispatched)
-    source = (X, Y) if data == "in memory" else \
-        [(X[i:i + BATCH], Y[i:i + BATCH]) for i in range(0, 40, BATCH)]
+    source = [(X[i:i + BATCH], Y[i:i + BATCH]) for i in range(0, 40, BATCH)] \
+        if data == "stream" else (X, Y)
+    saving = dict(checkpoint_every=6, checkpoint_path=str(tmp_path / "run.st")) \
+        if data == "checkpointed" else {}
     for _ in range(2):  # the first run compiles
         ops.clear(), in_flight.clear()
         state, history = fit(MODEL, half_squared_error, gd(0.05), P0, source, epochs=3,
-                             batch_size=BATCH, key=KEY, steps_per_dispatch=3, progress=False)
-    assert len(history) == 3 and state.steps_taken() == (33 if data == "in memory" else 30)
-    assert len(in_flight) == 12  # four chunks an epoch
+                             batch_size=BATCH, key=KEY, steps_per_dispatch=3, progress=False,
+                             **saving)
+    assert len(history) == 3 and state.steps_taken() == (30 if data == "stream" else 33)
+    assert len(in_flight) == (12 if data != "checkpointed" else 16)  # chunks end at saves too
     assert [name for name, after_first_chunk in ops if after_first_chunk] == []

@@ -160,8 +160,10 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
             tensors[f"{prefix}{p}"] = np.asarray(leaf)
-    tensors["count"] = np.asarray(state.count)
-    tensors["fault"] = np.asarray(state.fault)
+    # the ledger read back whole, then its fields on the host: indexing it on the device would
+    # queue an operation behind whatever is in flight (in fit, the next chunk) and wait for it
+    host = state._replace(ledger=np.asarray(state.ledger))
+    tensors["count"], tensors["fault"] = np.asarray(host.count), np.asarray(host.fault)
     typed = key is not None and _is_typed_key(key)
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
