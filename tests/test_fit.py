@@ -191,9 +191,9 @@ def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch, tm
     """fit dispatches each chunk before it settles the one before, so that the device has work
     while the host reads back. Any JAX operation the host dispatches meanwhile (indexing the
     state on the device, as `int(state.count)` does) runs after the chunk in flight and makes
-    the host wait for it: that made a 64-128-10 fit cost 1.3x a `lax.scan` epoch, and 1.0-1.1x
-    without it (bench/README.md). So from its first chunk on, fit only transfers, saving
-    checkpoints included."""
+    the host wait for it: a step of fit cost 1.2-1.45x a step of a `lax.scan` epoch that way,
+    0.85-1.13x without it (bench/README.md). So from its first chunk on, fit only transfers,
+    saving checkpoints included."""
     import jax._src.dispatch as dispatch  # where every operation run outside jit passes
 
     from lenses.training import schedule
@@ -218,7 +218,8 @@ def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch, tm
     saving = dict(checkpoint_every=6, checkpoint_path=str(tmp_path / "run.st")) \
         if data == "checkpointed" else {}
     for _ in range(2):  # the first run compiles
-        ops.clear(), in_flight.clear()
+        ops.clear()
+        in_flight.clear()
         state, history = fit(MODEL, half_squared_error, gd(0.05), P0, source, epochs=3,
                              batch_size=BATCH, key=KEY, steps_per_dispatch=3, progress=False,
                              **saving)
