@@ -63,17 +63,23 @@ would reach for. Three problems, each chosen so that the theory predicts the out
 * **(c)** an MLP on digits with `KFAC` against `Euclidean` and a frozen empirical-Fisher
   diagonal.
 
-Protocol: 3 seeds (data or initial point); every method swept over a grid of learning rates
-(KFAC in (c) also over its damping).
-The score of a rate is the median over seeds of the geometric-mean loss over the run (the
-area under the log-loss curve, which rewards speed); a rate at which any seed is refused or
-not finite scores inf. The chosen rate is the **smallest rate whose score is within 2 % of
-the best** (so that a near tie cannot flip between machines), and each sweep extends until
-the score worsens on both sides of the chosen rate (asserted). Full batches for (a) and (b),
-fixed minibatches of 128 for (c); held-out loss and accuracy for (b) and (c). Curves show the
-median over seeds and a band from the smallest to the largest. The tables of steps to a
-target are deterministic and compared by the test suite; the seconds, measured at the end
-(median of 5 timed repeats per method), are not.
+Protocol: 10 seeds (data or initial point) in (a) and (b), 5 in (c); every method swept over
+a grid of learning rates (KFAC in (c) also over its damping), a factor 2 apart and refined to
+a factor √2 on both sides of the chosen rate. A run **diverges** at the first step whose loss
+is not finite or more than twice its initial loss; after that its losses are chaotic, and
+nothing prints them: the tables say `div(n/N)@t` (n of N seeds diverged, the first at step
+t), or `refused` (the library refused a non-finite step). The score of a seed is its
+geometric-mean loss over the run (the area under the log-loss curve, which rewards speed),
+inf if it diverges; the score of a rate is its **worst** seed's, so that one diverging seed
+spoils it. The chosen rate is the **smallest rate whose score is within 2 % of the best** (so
+that a near tie cannot flip between machines); it must be interior (a smaller and a larger
+rate of the sweep score worse) and no rate closer to it than a factor √2 may diverge
+(asserted). Full batches for (a) and (b), fixed minibatches of 128 for (c); held-out loss and
+accuracy for (b) and (c). Steps to a target count the steps taken (the loss is read before
+each step, so 0 is the initial point); the tables give them for every seed, how many seeds
+fail (never get there or diverge) and the worst seed, which the claims compare. Curves show
+the median over seeds and a band from the smallest to the largest. The tables are
+deterministic and compared by the test suite; the seconds, measured at the end, are not.
 """),
     code("""
 import time
@@ -91,7 +97,9 @@ from lenses import (KFAC, Context, Diagonal, Fisher, GaussNewton, ParalensError,
                     batched, dL, dense, from_optax, gd, half_squared_error, linear,
                     softmax_cross_entropy, tanh, train_step)
 
-SEEDS = range(3)
+SEEDS, SEEDS_C = range(10), range(5)  # (a) and (b) cost little; (c) more
+RISE = 2.0  # a run diverges at the first step whose loss is not finite or above RISE × its initial loss
+ROOT2 = 2 ** 0.5
 plt.rcParams["figure.dpi"] = 72  # figures small enough to commit with the notebook
 
 
@@ -119,41 +127,135 @@ def runner(model, family, make_opt):
     return run
 
 
+def rates(lo, hi):
+    \"\"\"The grid lo, 2·lo, 4·lo, … up to hi, each to 3 significant digits; `sweep` refines it by
+    √2 about the chosen rate.\"\"\"
+    return [float(f"{lo * 2 ** i:.3g}") for i in range(int(round(np.log2(hi / lo))) + 1)]
+
+
+def diverged_at(curve):
+    \"\"\"The first step at which a run diverges (its loss not finite, or above RISE × its initial
+    loss), None if it never does. After that step its losses are chaotic: nothing prints them.\"\"\"
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(curve) | (curve > RISE * curve[0])
+    hit = np.flatnonzero(bad)
+    return int(hit[0]) if hit.size else None
+
+
 def chosen(score):
     \"\"\"The index of the smallest setting whose score is within 2 % of the best (settings in
     increasing order): a tie rule that near-ties on another machine do not flip.\"\"\"
     return int(np.flatnonzero(score <= 1.02 * score.min())[0])
 
 
-def sweep(runs, lrs, setup):
-    \"\"\"Per method: the loss curves at every rate of lrs[name] for every seed; the score of a
-    rate, the median over seeds of the geometric-mean loss over the run (the area under the
-    log-loss curve: it rewards speed), inf where any seed is refused or not finite; the chosen
-    rate (`chosen`).\"\"\"
+def sweep(runs, lrs, setup, seeds=SEEDS):
+    \"\"\"Per method: the loss curves at every rate for every seed; a seed's score, the
+    geometric-mean loss over the run (the area under the log-loss curve: it rewards speed), inf
+    where it diverges (`diverged_at`) or is refused; the score of a rate, its worst seed's (one
+    diverging seed spoils it); the chosen rate (`chosen`). The grid lrs[name] is refined until
+    both neighbours of the chosen rate are within a factor √2 of it.\"\"\"
     out = {}
     for name, run in runs.items():
-        rates = jnp.asarray(lrs[name], jnp.float32)
-        curves, finals = [], []
-        for seed in SEEDS:
-            losses, fault, params = run(rates, *setup(name, seed))
-            curves.append(np.where(np.asarray(fault)[:, None] == 0, np.asarray(losses), np.nan))
-            finals.append(params)
-        curves = np.stack(curves, 1)  # rate × seed × step
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_seed = np.exp(np.mean(np.log(curves), -1))
-        score = np.where(np.all(np.isfinite(per_seed), 1), np.median(per_seed, 1), np.inf)
-        k = chosen(score)
-        out[name] = dict(lrs=list(lrs[name]), score=score, k=k, lr=lrs[name][k], losses=curves[k],
-                         final=[jax.tree_util.tree_map(lambda a: a[k], p) for p in finals])
+        done = {}  # rate ↦ (curves seed × step, final point per seed)
+
+        def measure(rates):
+            curves, finals = [], []
+            for seed in seeds:
+                losses, fault, params = run(jnp.asarray(rates, jnp.float32), *setup(name, seed))
+                curves.append(np.where(np.asarray(fault)[:, None] == 0, np.asarray(losses), np.nan))
+                finals.append(params)
+            for i, lr in enumerate(rates):
+                done[lr] = (np.stack([c[i] for c in curves]),
+                            [jax.tree_util.tree_map(lambda a: a[i], p) for p in finals])
+
+        measure(list(lrs[name]))
+        while True:
+            grid = sorted(done)
+            curves = np.stack([done[lr][0] for lr in grid])  # rate × seed × step
+            # per seed: the step it diverged at, "refused" (no losses), or None (it did not)
+            div = np.array([["refused" if np.isnan(c[0]) else diverged_at(c) for c in row]
+                            for row in curves], dtype=object)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_seed = np.exp(np.mean(np.log(curves), -1))
+            per_seed = np.where(np.vectorize(lambda t: t is None)(div), per_seed, np.inf)
+            score = np.max(per_seed, 1)
+            k = chosen(score)
+            new = []
+            if k > 0 and grid[k] / grid[k - 1] > ROOT2 * 1.01:
+                new.append(float(f"{grid[k] / ROOT2:.3g}"))
+            if k + 1 < len(grid) and grid[k + 1] / grid[k] > ROOT2 * 1.01:
+                new.append(float(f"{grid[k] * ROOT2:.3g}"))
+            if not new:
+                break
+            measure(new)
+        out[name] = dict(lrs=grid, score=score, per_seed=per_seed, div=div, k=k, lr=grid[k],
+                         losses=curves[k], final=done[grid[k]][1])
     return out
 
 
 def interior(res):
     \"\"\"Assert that every chosen rate is interior to its sweep: a smaller and a larger rate of
-    the sweep both score worse.\"\"\"
+    the sweep both score worse; and that no rate within a factor √2 of it diverges.\"\"\"
     for name, r in res.items():
         s, k = r["score"], r["k"]
         assert np.any(s[:k] > s[k]) and np.any(s[k + 1:] > s[k]), (name, r["lrs"], s)
+        if "div" in r:
+            near = [i for i, lr in enumerate(r["lrs"]) if abs(np.log(lr / r["lr"])) < np.log(ROOT2) * 0.99]
+            assert all(d is None for i in near for d in r["div"][i]), (name, r["lrs"])
+
+
+def to_target(curve, target):
+    \"\"\"Steps taken when the loss is first ≤ target (the loss is read before each step: 0 is
+    the initial point); None: never within the run, or it diverged first.\"\"\"
+    t = diverged_at(curve)
+    hit = np.flatnonzero(curve[:t] <= target)
+    return int(hit[0]) if hit.size else None
+
+
+def per_seed_steps(res, target):
+    return np.array([to_target(c, target) or np.inf for c in res["y"]], float)
+
+
+def steps_to(res, target):
+    \"\"\"The worst seed's steps to the target (inf where a seed never gets there).\"\"\"
+    return float(np.max(per_seed_steps(res, target)))
+
+
+def plot(ax, res, title, ylabel):
+    for name, r in res.items():
+        y = r["y"]
+        steps = np.arange(y.shape[1])
+        line, = ax.semilogy(steps, np.median(y, 0), label=f"{name} (lr {r['lr']:g})")
+        ax.fill_between(steps, y.min(0), y.max(0), color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("step"), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=9), ax.legend(fontsize=7)
+
+
+def rate_cell(lr, score, div):
+    \"\"\"A rate and its score, or how many seeds diverged there and the earliest step at which one did.\"\"\"
+    bad, refused = [t for t in div if isinstance(t, int)], [t for t in div if t == "refused"]
+    if not bad and not refused:
+        return f"{lr:g}:{score:.3g}"
+    return f"{lr:g}:" + ",".join(([f"div({len(bad)}/{len(div)})@{min(bad)}"] if bad else [])
+                                 + ([f"refused({len(refused)}/{len(div)})"] if refused else []))
+
+
+def table(res, target, what, extra=None):
+    \"\"\"The stable table: per method the chosen rate, the steps to the target of every seed (the
+    loss is read before each step), how many seeds fail (never get there, or diverge), the
+    worst seed's steps; then the sweep: the score of each rate (the worst seed's geometric-mean
+    loss), or `div(n/N)@t`: n of N seeds diverged, the first at step t. `extra(name)`: a
+    held-out measure.\"\"\"
+    n = len(next(iter(res.values()))["y"])
+    print(f"to {what} ≤ {target:g}, {n} seeds: chosen rate; steps per seed ('-': never, or diverged); "
+          "seeds that fail; worst seed")
+    for name, r in res.items():
+        s = per_seed_steps(r, target)
+        held = f"  {extra(name)}" if extra else ""
+        print(f"  {name:14s} lr {r['lr']:<8g} [{' '.join('-' if v == np.inf else str(int(v)) for v in s)}]"
+              f"  fail {int(np.sum(s == np.inf))}/{n}  worst {'never' if s.max() == np.inf else int(s.max())}{held}")
+    print("  sweep (score of each rate):")
+    for name, r in res.items():
+        print(f"  {name:14s} " + " ".join(rate_cell(lr, sc, d) for lr, sc, d in zip(r["lrs"], r["score"], r["div"])))
 
 
 def timing(runs, res, setup, repeats=5):
@@ -168,39 +270,6 @@ def timing(runs, res, setup, repeats=5):
             runs[name](rate, *args)  # its losses read back: the run is done
             ts.append(time.perf_counter() - t)
         r["sec"] = float(np.median(ts)) / r["losses"].shape[1]
-
-
-def to_target(curve, target):
-    \"\"\"Steps taken when the loss is first ≤ target (None: never within the run).\"\"\"
-    hit = np.flatnonzero(curve <= target)
-    return int(hit[0]) + 1 if hit.size else None
-
-
-def steps_to(res, target):
-    \"\"\"Median over seeds of the steps to the target (inf where a seed never gets there).\"\"\"
-    return float(np.median([to_target(c, target) or np.inf for c in res["y"]]))
-
-
-def plot(ax, res, title, ylabel):
-    for name, r in res.items():
-        y = r["y"]
-        steps = np.arange(1, y.shape[1] + 1)
-        line, = ax.semilogy(steps, np.median(y, 0), label=f"{name} (lr {r['lr']:g})")
-        ax.fill_between(steps, y.min(0), y.max(0), color=line.get_color(), alpha=0.2)
-    ax.set_xlabel("step"), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=9), ax.legend(fontsize=7)
-
-
-def table(res, target, what, extra=None):
-    \"\"\"The stable table: steps to the target (median over seeds), the chosen rate and the
-    sweep's scores; `extra(name)`: a held-out measure.\"\"\"
-    print(f"to {what} ≤ {target:g}: steps (median over {len(SEEDS)} seeds), chosen rate, "
-          "score at each rate")
-    for name, r in res.items():
-        k = steps_to(r, target)
-        scores = " ".join(f"{lr:g}:" + ("inf" if s == np.inf else f"{s:.3g}")
-                          for lr, s in zip(r["lrs"], r["score"]))
-        held = f"  {extra(name)}" if extra else ""
-        print(f"  {name:14s} {('never' if k == np.inf else int(k))!s:>6}  lr {r['lr']:<8g}{held}  [{scores}]")
 
 
 def seconds(res, target):
@@ -222,9 +291,9 @@ log-spaced and $Q$ a random rotation: $X^{\\mathsf T}X/n$ has condition number a
 * `Euclidean`: gradient descent, whose stable step size is set by the largest curvature
   ($\\eta < 2/\\lambda_{\\max}$), so the flat directions crawl.
 * `Diagonal(w)` with $w = \\mathrm{diag}(X^{\\mathsf T}X/n)$ (Jacobi). When the curvature is
-  axis-aligned, $X^{\\mathsf T}X/n$ *is* diagonal and this inner product is the Hessian: one
-  step of size 1 solves the problem. After a rotation the diagonal of the Hessian says
-  little about its eigen-directions.
+  axis-aligned, $X^{\\mathsf T}X/n = S Z^{\\mathsf T}Z S/n$ is diagonal up to the sampling noise
+  of $Z^{\\mathsf T}Z/n$, and this inner product is nearly the Hessian. After a rotation the
+  diagonal of the Hessian says little about its eigen-directions.
 * `GaussNewton`: $J^{\\mathsf T}HJ = X^{\\mathsf T}X/n$, the Hessian, whatever the rotation.
 * `adam`: a per-coordinate scaling learnt from the covectors' moments.
 
@@ -257,8 +326,8 @@ runs_a = {"Euclidean": runner(ls, half_squared_error, lambda lr, aux: gd(lr)),
           "GaussNewton": runner(ls, half_squared_error,
                                 lambda lr, aux: gd(lr, metric=GaussNewton(damping=1e-6))),
           "adam": runner(ls, half_squared_error, lambda lr, aux: adam(lr))}
-lrs_a = {"Euclidean": [3e-5, 5e-5, 1e-4, 1.5e-4, 2e-4], "Diagonal": [0.1, 0.3, 1.0, 1.5, 2.5],
-         "GaussNewton": [0.3, 0.7, 1.0, 1.3, 1.7], "adam": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0]}
+lrs_a = {"Euclidean": rates(2.5e-5, 4e-4), "Diagonal": rates(0.125, 4), "GaussNewton": rates(0.25, 4),
+         "adam": rates(1 / 64, 16)}
 study_a = {}
 for orientation in ("aligned", "rotated"):
     def setup(name, seed, rotated=orientation == "rotated"):
@@ -291,21 +360,29 @@ for orientation, res in study_a.items():
 print("every chosen rate is interior to its sweep")
 """, stable=True),
     md("""
-Aligned, the Jacobi inner product is nearly the Hessian (exactly, up to the sampling noise of
-$Z^{\\mathsf T}Z/n$) and reaches the target within a few steps, like Gauss–Newton; Euclidean
-gradient descent does not get there in 300 steps at any stable rate. Rotated, the diagonal
-inner product loses its advantage (it no longer reaches the target), and so does Adam, whose
-scaling is per coordinate too; Gauss–Newton is unchanged: it depends on the problem, not on
-the coordinates.
+Aligned, the Jacobi inner product is nearly the Hessian and every seed reaches the target
+within a few steps; Gauss–Newton, the Hessian itself, in one; Euclidean gradient descent not
+within the run at any rate that does not diverge. Rotated, neither the diagonal inner
+product nor Adam (whose scaling is per coordinate too) reaches the target on any seed; Adam
+still scores better than Euclidean and the diagonal. Gauss–Newton is unchanged: it depends on
+the problem, not on the coordinates. The cell below checks each of these statements and
+prints the numbers.
 """),
     code("""
 a, r_ = study_a["aligned"], study_a["rotated"]
-assert steps_to(a["Diagonal"], TARGET_A) <= 10 and steps_to(a["GaussNewton"], TARGET_A) <= 3
-assert steps_to(a["Euclidean"], TARGET_A) == np.inf
-for m in ("Diagonal", "Euclidean", "adam"):
-    assert steps_to(r_[m], TARGET_A) == np.inf, m
-assert steps_to(a["adam"], TARGET_A) < np.inf  # adam reaches it aligned, not rotated
-assert steps_to(r_["GaussNewton"], TARGET_A) <= 3
+worst = {(o, m): steps_to(study_a[o][m], TARGET_A) for o in study_a for m in study_a[o]}
+print("worst seed's steps to the target: " + "; ".join(
+    f"{o} " + ", ".join(f"{m} {'never' if worst[o, m] == np.inf else int(worst[o, m])}" for m in study_a[o])
+    for o in study_a))
+assert worst["aligned", "GaussNewton"] == worst["rotated", "GaussNewton"] == 1  # one Newton step
+assert worst["aligned", "Diagonal"] <= 10 and worst["aligned", "adam"] < np.inf
+assert worst["aligned", "Euclidean"] == np.inf
+for m in ("Diagonal", "Euclidean", "adam"):  # rotated: no seed gets there
+    assert np.all(per_seed_steps(r_[m], TARGET_A) == np.inf), m
+score = {m: r_[m]["score"][r_[m]["k"]] for m in r_}
+assert score["adam"] < min(score["Diagonal"], score["Euclidean"])
+print(f"rotated, scores at the chosen rates: adam {score['adam']:.3g}, Diagonal {score['Diagonal']:.3g}, "
+      f"Euclidean {score['Euclidean']:.3g}")
 print("claims of (a): hold")
 """, stable=True),
     md("""
@@ -343,7 +420,7 @@ assert float(jnp.max(jnp.abs(G_f - H))) <= 1e-5 * scale
 """),
     md("""
 So the natural-gradient step with the (damped) Fisher is a damped Newton step. Trained on 100
-of the 150 flowers from 3 initial points, the other 50 held out:
+of the 150 flowers from 10 initial points, the other 50 held out:
 """),
     code("""
 STEPS_B = 30
@@ -353,8 +430,8 @@ runs_b = {"Euclidean": runner(logreg, fam3, lambda lr, aux: gd(lr)),
           "Fisher": runner(logreg, fam3, lambda lr, aux: gd(lr, metric=Fisher(damping=1e-3))),
           "adam": runner(logreg, fam3, lambda lr, aux: adam(lr)),
           "optax.rmsprop": runner(logreg, fam3, lambda lr, aux: from_optax(rmsprop(lr)))}
-lrs_b = {"Euclidean": [1.0, 3.0, 10.0, 30.0, 100.0], "Fisher": [0.3, 0.5, 1.0, 1.5, 2.0],
-         "adam": [0.03, 0.1, 0.3, 1.0, 3.0], "optax.rmsprop": [0.01, 0.03, 0.1, 0.3, 1.0]}
+lrs_b = {"Euclidean": rates(1, 128), "Fisher": rates(0.125, 4), "adam": rates(1 / 32, 4),
+         "optax.rmsprop": rates(1 / 256, 1)}
 
 
 def setup_b(name, seed):
@@ -387,15 +464,19 @@ table(study_b, TARGET_B, "loss", lambda name: held_b(study_b[name]))
 interior(study_b)
 
 print("every chosen rate is interior to its sweep")
-assert steps_to(study_b["Fisher"], TARGET_B) < min(steps_to(r, TARGET_B)
-                                                  for m, r in study_b.items() if m != "Fisher")
-print("claim of (b): the Fisher step reaches the target in the fewest steps")
+worst_b = {m: steps_to(r, TARGET_B) for m, r in study_b.items()}
+assert worst_b["Fisher"] < min(v for m, v in worst_b.items() if m != "Fisher")
+print(f"claim of (b): on its worst seed the Fisher step reaches the target in the fewest steps "
+      f"({int(worst_b['Fisher'])}; next: " + ", ".join(
+          f"{m} {'never' if v == np.inf else int(v)}" for m, v in worst_b.items() if m != "Fisher") + ")")
 """, stable=True),
     md(r"""
 ## (c) An MLP on digits: KFAC against Euclidean, a frozen diagonal, Adam
 
 `dense(64, 32) ≫ tanh ≫ dense(32, 10)` on scikit-learn's 8×8 digits (1500 to train on, 297
-held out), 100 steps on fixed minibatches of 128. "frozen EF diag" is `Diagonal(w)` with $w$
+held out), 100 steps on fixed minibatches of 128, 5 seeds (initial point and minibatches).
+The target is on the **training minibatch** loss; the held-out columns are printed beside it
+and the study claims nothing from them. "frozen EF diag" is `Diagonal(w)` with $w$
 the mean squared per-example covector at the **initial point**: the diagonal of the empirical
 Fisher there, damped by $10^{-4}$ and never updated. `KFAC` is the Kronecker-factored
 block-diagonal Fisher, recomputed on every batch. It has a second number, its damping
@@ -434,9 +515,8 @@ runs_c = {"Euclidean": runner(mlp, fam10, lambda lr, aux: gd(lr)),
           "KFAC": None,  # swept over (rate, damping) below
           "adam": runner(mlp, fam10, lambda lr, aux: adam(lr)),
           "optax.rmsprop": runner(mlp, fam10, lambda lr, aux: from_optax(rmsprop(lr)))}
-lrs_c = {"Euclidean": [0.3, 1.0, 3.0, 10.0, 30.0], FROZEN: [0.003, 0.01, 0.03, 0.1, 0.3],
-         "KFAC": [0.03, 0.05, 0.1, 0.2], "adam": [0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
-         "optax.rmsprop": [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]}
+lrs_c = {"Euclidean": rates(0.25, 16), FROZEN: rates(1 / 512, 1 / 8), "KFAC": rates(1 / 32, 1 / 2),
+         "adam": rates(1 / 512, 1), "optax.rmsprop": rates(1 / 1024, 1 / 2)}
 
 
 def setup_c(name, seed):
@@ -449,11 +529,11 @@ def kfac_runs(lam):
 
 
 DAMPINGS = [3e-4, 1e-3, 3e-3]
-by_damping = [sweep({"KFAC": kfac_runs(lam)}, lrs_c, setup_c)["KFAC"] for lam in DAMPINGS]
+by_damping = [sweep({"KFAC": kfac_runs(lam)}, lrs_c, setup_c, SEEDS_C)["KFAC"] for lam in DAMPINGS]
 best = np.array([r["score"][r["k"]] for r in by_damping])  # each damping at its chosen rate
 j = chosen(best)
 runs_c["KFAC"] = kfac_runs(DAMPINGS[j])
-study_c = sweep({name: run for name, run in runs_c.items() if name != "KFAC"}, lrs_c, setup_c)
+study_c = sweep({name: run for name, run in runs_c.items() if name != "KFAC"}, lrs_c, setup_c, SEEDS_C)
 study_c = {name: by_damping[j] if name == "KFAC" else study_c[name] for name in runs_c}
 study_c["KFAC"]["damping"], study_c["KFAC"]["by_damping"] = DAMPINGS[j], best
 for r in study_c.values():
@@ -475,7 +555,9 @@ interior({"KFAC's damping": dict(score=kf_c["by_damping"], k=j, lrs=DAMPINGS)})
 k = {name: steps_to(r, TARGET_C) for name, r in study_c.items()}
 print("every chosen rate, and KFAC's damping, is interior to its sweep")
 assert k["KFAC"] < min(v for name, v in k.items() if name != "KFAC")
-print("claim of (c): KFAC reaches the target in the fewest steps")
+print(f"claim of (c): on its worst seed KFAC reaches the minibatch-loss target in the fewest steps "
+      f"({int(k['KFAC'])}; next: " + ", ".join(
+          f"{m} {'never' if v == np.inf else int(v)}" for m, v in k.items() if m != "KFAC") + ")")
 """, stable=True),
     md("""
 ## Seconds
