@@ -35,6 +35,7 @@ from .instruments import check_metric, condition_number, kfac_error, metric_matr
 from .optimisers import (Optimiser, adagrad, adam, chain, from_optax, gd, momentum, nesterov,
                          scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                          scale_by_momentum, sharp)
+from .optimisers.riemannian import riemannian_adam, scale_by_riemannian_adam
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
@@ -79,6 +80,7 @@ __all__ = [
     # optimisers
     "Optimiser", "gd", "momentum", "nesterov", "adagrad", "adam", "from_optax", "chain", "sharp",
     "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
+    "riemannian_adam", "scale_by_riemannian_adam",
     # training
     "TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress",
     "epoch_order", "predict", "accuracy", "largest_slope", "describe_slope",

@@ -30,8 +30,10 @@ from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sh
                     scale_by_adagrad, scale_by_adam, scale_by_learning_rate, scale_by_momentum,
                     sharp)
 from .shorthands import adagrad, adam, from_optax, gd, momentum, nesterov
+from .riemannian import RiemannianAdamState, riemannian_adam, scale_by_riemannian_adam
 
 __all__ = ["Optimiser", "chain", "gd", "momentum", "nesterov", "adagrad",
            "adam", "from_optax", "Part", "Sharp", "sharp",
            "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
-           "NonFiniteError", "EmptyState", "MomentumState", "AdagradState", "AdamState"]
+           "NonFiniteError", "EmptyState", "MomentumState", "AdagradState", "AdamState",
+           "riemannian_adam", "scale_by_riemannian_adam", "RiemannianAdamState"]

@@ -1,0 +1,175 @@
+"""Riemannian Adam (Bécigneul and Ganea, "Riemannian adaptive optimization methods", ICLR 2019).
+
+Adam on a product of manifolds M = M_1 × … × M_n (Algorithm 1 of the paper, RADAM, with
+Adam's bias corrections): with g = (p')♯ the Riemannian gradient,
+
+    m_i ← β₁ τ_i + (1 − β₁) g_i,      v_i ← β₂ v_i + (1 − β₂) ‖g_i‖²_{x_i},
+    x_i ← R_{x_i}(−η m̂_i / (√v̂_i + ε)),  τ_i ← T_{x_i → x_i new}(m_i),
+
+m̂, v̂ bias-corrected as in Adam. The second moment is one number per factor manifold M_i
+(the squared Riemannian norm, not a per-coordinate square); the first moment lives in the
+tangent space of the current point, so after each move it is transported to the new one.
+
+The factors, for the library's diagonal inner products: each `OpenBall` slot of a metric that
+knows it (`Poincare`, `InteriorMetric`) is one factor (the disc or ball of the paper's
+experiments); every other coordinate is a one-dimensional factor of its own, so on Euclidean
+slots (and for `Euclidean` or `Diagonal`) this is Adam. R is the metric's `retract` (the
+exponential map on the ball and on Positive). The transport is the isometric one along the
+diagonal, τ = m · √(w(x) / w(y)) with w the metric's diagonal: on a one-dimensional factor
+this is parallel transport exactly; on the ball it is (λ_x / λ_y) m, which is parallel
+transport (λ_x / λ_y) gyr[y, −x] m without the gyration, a rotation — an isometric vector
+transport, as the paper's section 2 allows in place of parallel transport.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from categories import Vector
+from categories.errors import HyperparameterError, KindError
+
+from ..geometry import SlotMetric, _Ball
+from ..metrics import Diagonal, Euclidean
+from .lens import Optimiser
+from .parts import Part, check_decay, check_learning_rate, check_positive, sharp, value_key
+
+tree_map = jax.tree_util.tree_map
+
+
+class RiemannianAdamState(NamedTuple):
+    """count t, the first moment τ transported to the current point, the second moment v (one
+    number per factor manifold, repeated over its coordinates)."""
+
+    count: Any
+    tau: Any
+    nu: Any
+
+
+def _check_metric(metric):
+    if metric is None or isinstance(metric, (Euclidean, Diagonal, SlotMetric)):
+        return metric
+    raise KindError(f"riemannian_adam needs a diagonal inner product (Euclidean, Diagonal, or a "
+                    f"geometry metric: LogBarrier, Poincare, BoxBarrier, InteriorMetric), got "
+                    f"{metric!r}: its norms and transport are read off the diagonal")
+
+
+def _space(metric):
+    if metric.space is None:
+        raise KindError(f"riemannian_adam: give {metric!r} its parameter object "
+                        f"({type(metric).__name__}(space)): the part sees raw vectors, and reads "
+                        "which slots are balls from the metric's space")
+    return metric.space
+
+
+def squared_norms(metric, p, g):
+    """‖g_i‖²_{x_i} for each factor manifold, repeated over its coordinates: λ(x)² ‖g‖² on a
+    ball slot, w(x) g² per coordinate elsewhere (g² for the Euclidean inner product)."""
+    if metric is None or isinstance(metric, Euclidean):
+        return tree_map(lambda a: a * a, g)
+    if isinstance(metric, Diagonal):
+        return tree_map(lambda a, b: a * b, g, metric.flat(p, Vector(g)).value)
+
+    def leaf(rule, S, x, d):
+        if rule is _Ball:  # one factor: the Riemannian norm of the whole slot
+            lam = rule.conformal(S, x)
+            return jnp.full(x.shape, lam * lam * jnp.sum(d * d), x.dtype)
+        return rule.weight(S, x) * d * d
+
+    return metric._map(_space(metric), leaf, lambda x, d: tree_map(lambda a: a * a, d), p, g)
+
+
+def transport(metric, x, y, m):
+    """m, a vector at x, carried to y: m · √(w(x) / w(y)) per coordinate (identity where the
+    metric is constant)."""
+    if not isinstance(metric, SlotMetric):
+        return m
+    S = _space(metric)
+    wx, wy = metric.weights(x, S), metric.weights(y, S)
+    return tree_map(lambda a, u, w: a * jnp.sqrt(u / w), m, wx, wy)
+
+
+def scale_by_riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999,
+                             eps: float = 1e-8) -> Part:
+    """The Riemannian Adam rule on vectors g = (p')♯: v ↦ −η m̂ / (√v̂ + ε), v̂ per factor
+    manifold, the first moment transported to the new point R_p(that move).
+
+    The learning rate is part of this part (the new point, where the moment goes, depends on
+    it); the part comes after `sharp(metric)` with the same metric.
+
+    Examples:
+        >>> part = scale_by_riemannian_adam(0.1)
+        >>> g = jnp.array([0.5, -2.0])
+        >>> u, s = part.update(g, part.init(g), g)
+        >>> print(np.round(u, 4))
+        [-0.1  0.1]
+    """
+    if callable(lr):
+        raise HyperparameterError(f"riemannian_adam takes a number as its learning rate, not a "
+                                  f"schedule, got {lr!r}")
+    check_learning_rate(lr)
+    check_decay(b1, "b1")
+    check_decay(b2, "b2")
+    check_positive(eps, "eps")
+    metric = _check_metric(metric)
+
+    def init(params):
+        zeros = tree_map(jnp.zeros_like, params)
+        return RiemannianAdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra):
+        count = state.count + 1
+        m = tree_map(lambda g, t: (1 - b1) * g + b1 * t, updates, state.tau)
+        nu = tree_map(lambda q, n: (1 - b2) * q + b2 * n, squared_norms(metric, params, updates),
+                      state.nu)
+
+        def move(a, n):
+            a_hat = a / (1 - b1 ** count.astype(a.dtype))
+            n_hat = n / (1 - b2 ** count.astype(n.dtype))
+            return -lr * a_hat / (jnp.sqrt(n_hat) + eps)
+
+        u = tree_map(move, m, nu)
+        if isinstance(metric, SlotMetric):
+            y = metric.retract(params, Vector(u), _space(metric))  # where the optimiser moves
+            m = transport(metric, params, y, m)
+        return u, RiemannianAdamState(count, m, nu)
+
+    return _RiemannianAdamPart(init, update, f"scale_by_riemannian_adam(lr={lr}, metric={metric!r}, "
+                               f"b1={b1}, b2={b2}, eps={eps})", dict(lr=lr, b1=b1, b2=b2, eps=eps),
+                               functools.partial(scale_by_riemannian_adam, metric=metric))
+
+
+class _RiemannianAdamPart(Part):
+    """Keyed by the metric's value and the names of its numbers: parts that differ only in
+    their numbers share one compiled step (the numbers are its arguments)."""
+
+    def key(self):
+        metric = self.build.keywords["metric"]
+        return ("scale_by_riemannian_adam", value_key(metric), tuple(sorted(self.hyper)))
+
+
+def riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                    *, on_domain_error: str = "raise", max_halvings: int = 30) -> Optimiser:
+    """Riemannian Adam (Bécigneul and Ganea, 2019): chain(sharp(metric),
+    scale_by_riemannian_adam(lr, metric, b1, b2, eps)); the point moves by metric.retract.
+
+    A geometry metric needs its parameter object (`Poincare(OpenBall(...))`); on Euclidean
+    slots, and with metric None, this is Adam.
+
+    Examples:
+        >>> B = OpenBall([0.0, 0.0], 1.0)
+        >>> opt = riemannian_adam(0.1, metric=Poincare(B))
+        >>> x = jnp.array([0.5, 0.0])
+        >>> s, x = opt.step(opt.init(x), x, Covector(jnp.array([1.0, 0.0]), B))
+        >>> print(np.round(x, 4), bool(jnp.sum(x * x) < 1))
+        [0.4616 0.    ] True
+    """
+    return Optimiser([sharp(metric), scale_by_riemannian_adam(lr, metric, b1, b2, eps)],
+                     on_domain_error=on_domain_error, max_halvings=max_halvings,
+                     name="riemannian_adam")
+
+
+__all__ = ["riemannian_adam", "scale_by_riemannian_adam", "RiemannianAdamState"]
