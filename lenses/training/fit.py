@@ -187,7 +187,8 @@ class _Run:
         losses = np.concatenate(self.losses) if self.losses else np.zeros((0,))
         plan = dict(last=self.last, max_steps=self.max_steps, **self.source.identity())
         save(self.path, self.state, self.step.model, self.step.opt, self.source.key,
-             fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses})
+             fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses},
+             layout=self.step.layout)
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.state)
 
@@ -245,7 +246,7 @@ def _resume(path, step, source, key):
     if not source.resumable:
         raise HyperparameterError("resume_from needs the data in memory, (X, Y): the position "
                                   "of an iterable of batches cannot be restored")
-    saved = load(path, step.model, step.opt)
+    saved = load(path, step.model, step.opt, step.mesh, step.layout)
     progress = saved.info.get("fit")
     if not progress:
         raise CheckpointMismatch(f"{os.fspath(path)!r} holds a state but no run's progress: "
