@@ -5,7 +5,7 @@ Knows nothing of learning. `lenses` builds on it.
 
 from ._compose import check_composable
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
-                     DomainError, HyperparameterError, KindError, MetricError, MissingExtraError, NonFiniteError,
+                     DomainError, HyperparameterError, KindError, LayoutError, MetricError, MissingExtraError, NonFiniteError,
                      ParalensError, ShapeError, SlotError, SpaceMismatch, TargetError,
                      TargetTypeError, UnsupportedError)
 from .functors import D, dual, linear_smooth, pullback, reverse_derivative
@@ -31,7 +31,7 @@ __all__ = [
     # re-exports these classes without listing them again)
     "ParalensError", "DomainError", "DimensionError", "SlotError", "SpaceMismatch", "ShapeError",
     "TargetError", "TargetTypeError", "CovectorError", "HyperparameterError", "KindError",
-    "NonFiniteError", "CheckpointError", "CheckpointMismatch", "MetricError", "UnsupportedError",
+    "NonFiniteError", "CheckpointError", "CheckpointMismatch", "MetricError", "LayoutError", "UnsupportedError",
     "MissingExtraError",
     "CATALOGUE",
 ]

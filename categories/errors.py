@@ -51,6 +51,9 @@ CheckpointMismatch     a saved file is intact but belongs to another model or op
 MetricError            an inner product that is not one: a matrix not symmetric or not
                        positive definite, weights not positive finite reals, a metric not
                        positive definite at the point (the metric, the offending entry)
+LayoutError            a layout that cannot partition a model's parameters over a mesh:
+                       an axis not of the mesh, a dimension not divisible by the devices
+                       along its axis, a rule for no slot (the slot, the shape, the axis)
 UnsupportedError       an operation the object does not provide: an abstract method a
                        subclass must implement, a strategy asked for a space it cannot
                        build (the object, the operation)
@@ -243,6 +246,19 @@ class MetricError(ParalensError, ValueError):
     """
 
 
+class LayoutError(ParalensError, ValueError):
+    """A layout that cannot partition a model's parameters over a mesh as asked (an axis not
+    of the mesh, a dimension not divisible by the devices along its axis, a rule for a slot
+    the model does not have).
+
+    Examples:
+        >>> Layout(slots={0: jax.sharding.PartitionSpec("model")}).specs(dense(3, 6), {"model": 4})
+        Traceback (most recent call last):
+            ...
+        categories.errors.LayoutError: slot 0 (dense(3→6)): a leaf of shape (6, 3) cannot be split along dimension 0 (6) over mesh axis 'model' of 4 devices: ...
+    """
+
+
 class UnsupportedError(ParalensError, NotImplementedError):
     """An operation the object does not provide (an abstract method a subclass must
     implement, a strategy asked for a space it cannot build).
@@ -268,7 +284,7 @@ class MissingExtraError(ParalensError, ImportError):
 #: every class of the catalogue, in the order of the module docstring's table
 CATALOGUE = (DomainError, DimensionError, SlotError, SpaceMismatch, ShapeError, TargetError,
              TargetTypeError, CovectorError, HyperparameterError, KindError, NonFiniteError,
-             CheckpointError, CheckpointMismatch, MetricError, UnsupportedError, MissingExtraError)
+             CheckpointError, CheckpointMismatch, MetricError, LayoutError, UnsupportedError, MissingExtraError)
 """Every error class the library raises on purpose (each a subclass of `ParalensError`)."""
 
 __all__ = ["ParalensError"] + [c.__name__ for c in CATALOGUE] + ["CATALOGUE"]

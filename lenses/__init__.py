@@ -16,7 +16,7 @@ from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 # The error catalogue is defined and listed once, in `categories` (`categories.errors`); it is
 # re-exported here so that `lenses.DomainError` is the same class, but not listed again below.
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError,  # noqa: F401
-                     DimensionError, DomainError, HyperparameterError, KindError, MetricError, MissingExtraError,
+                     DimensionError, DomainError, HyperparameterError, KindError, LayoutError, MetricError, MissingExtraError,
                      NonFiniteError, ParalensError, ShapeError, SlotError, SpaceMismatch,
                      TargetError, TargetTypeError, UnsupportedError)
 from .external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax
@@ -45,8 +45,8 @@ from .sequence import (attention_core, layer_norm, multi_head_attention, positio
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
                        transformer_block)
 from .structure import add, copy, discard
-from .training import (Fault, FitProgress, Report, Saved, TrainState, TrainStep, accuracy,
-                       epoch_order, fit, load, predict, save, train_step)
+from .training import (Fault, FitProgress, Layout, Report, Saved, TrainState, TrainStep, accuracy,
+                       epoch_order, fit, load, per_device_bytes, predict, save, train_step)
 
 # Grouped as the sections of the API reference (docs/reference/); the errors are listed in
 # `categories.__all__` (see above).
@@ -84,6 +84,7 @@ __all__ = [
     # training
     "TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress",
     "epoch_order", "predict", "accuracy", "largest_slope", "describe_slope",
+    "Layout", "per_device_bytes",
     # saved work
     "save", "load", "Saved",
     # laws and strategies (the law modules are `lenses.laws` and `lenses.strategies`)

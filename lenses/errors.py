@@ -8,6 +8,6 @@ package; this module lists none of them again.
 
 from categories.errors import (CATALOGUE, CheckpointError, CheckpointMismatch,  # noqa: F401
                                CovectorError, DimensionError, DomainError, HyperparameterError,
-                               KindError, MetricError, MissingExtraError, NonFiniteError, ParalensError, ShapeError,
+                               KindError, LayoutError, MetricError, MissingExtraError, NonFiniteError, ParalensError, ShapeError,
                                SlotError, SpaceMismatch, TargetError, TargetTypeError,
                                UnsupportedError)

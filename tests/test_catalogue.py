@@ -24,7 +24,7 @@ BUILTIN = {DomainError: ValueError, DimensionError: ValueError, SlotError: Value
            TargetTypeError: TypeError, CovectorError: TypeError, HyperparameterError: ValueError,
            KindError: TypeError, NonFiniteError: FloatingPointError,
            CheckpointError: ValueError, CheckpointMismatch: ValueError,
-           lenses.MetricError: ValueError, lenses.UnsupportedError: NotImplementedError,
+           lenses.MetricError: ValueError, lenses.LayoutError: ValueError, lenses.UnsupportedError: NotImplementedError,
            lenses.MissingExtraError: ImportError}
 
 

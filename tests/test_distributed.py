@@ -95,12 +95,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_two_processes(tmp_path, timeout=180):
+def run_two_processes(tmp_path, timeout=180, script=SCRIPT, devices=1):
+    """Run `script` in two processes of `devices` simulated CPU devices each: their results."""
+    source = script.replace("FAULT_CASES", FAULT_CASES)
     script = tmp_path / "worker.py"
-    script.write_text(SCRIPT.replace("FAULT_CASES", FAULT_CASES))
+    script.write_text(source)
     port = _free_port()
+    flags = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               XLA_FLAGS="", JAX_PLATFORMS="cpu")
+               XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
@@ -172,3 +175,98 @@ def test_two_processes_train_as_one(tmp_path):
     moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                 for a, b in zip(results[0]["step"], jax.tree_util.tree_leaves(p0)))
     assert moved > 1e-3  # the comparison is not of two untouched points
+
+
+LAID_OUT = r'''
+import json, sys
+pid, port = int(sys.argv[1]), int(sys.argv[2])
+import jax
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid, initialization_timeout=60)
+import numpy as np
+from jax.experimental.multihost_utils import process_allgather
+from jax.sharding import Mesh
+from categories import draws
+from lenses import Layout, adam, dense, fit, half_squared_error, per_device_bytes, tanh, train_step
+
+# 2 processes × 2 devices: the data axis across the processes, the model axis within each
+mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "model"))
+model = dense(3, 8) >> tanh >> dense(8, 4)
+p0 = model.init(jax.random.PRNGKey(0))
+X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
+Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (16, 4)))
+mine = slice(8 * pid, 8 * (pid + 1))  # this process's rows of every batch
+
+step = train_step(model, half_squared_error, adam(0.05), mesh=mesh, layout=Layout())
+state = step.init(p0)
+for _ in range(5):
+    state, report = step(state, *step.global_batch((X[mine], Y[mine])))
+report.check()
+held = per_device_bytes((state.params, state.opt_state))
+fitted, history = fit(model, half_squared_error, adam(0.05), p0, (X[mine], Y[mine]), epochs=2,
+                      batch_size=8, key=3, mesh=mesh, layout=Layout())
+bad = X.copy()
+bad[9, 0] = np.nan  # in process 1's rows: both processes must stop at its step
+try:
+    fit(model, half_squared_error, adam(0.05), p0, (bad[mine], Y[mine]), epochs=2, batch_size=8,
+        key=3, mesh=mesh, layout=Layout())
+    fault = None
+except FloatingPointError as e:
+    fault = [type(e).__name__, int(e.kind), e.step, e.slot, int(e.state.count)]
+whole = lambda t: [np.asarray(process_allgather(a, tiled=True)).tolist()
+                   for a in jax.tree_util.tree_leaves(t)]
+print("RESULT" + json.dumps({"processes": jax.process_count(), "devices": len(jax.devices()),
+                             "step": whole(state.params), "fit": whole(fitted.params),
+                             "history": [h["loss"] for h in history], "fault": fault,
+                             "held": list(held.values()),
+                             "specs": [str(a.sharding.spec) for a in
+                                       jax.tree_util.tree_leaves(fitted.params)]}), flush=True)
+'''
+
+
+@pytest.mark.slow  # two subprocesses
+def test_two_processes_of_two_devices_train_a_laid_out_model_as_one_device(tmp_path):
+    from lenses import adam, dense, tanh
+    model = dense(3, 8) >> tanh >> dense(8, 4)
+    p0 = model.init(jax.random.PRNGKey(0))
+    X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
+    Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (16, 4)))
+    one = train_step(model, half_squared_error, adam(0.05))
+    ref = one.init(p0)
+    for _ in range(5):
+        ref, _ = one(ref, X, Y)
+    fitted, losses = one.init(p0), []
+    for epoch in (1, 2):  # each process's own order over its 8 rows, 4 rows a step each
+        order, epoch_losses = np.asarray(epoch_order(3, epoch, 8, 4)), []
+        for idx in order:
+            rows = np.concatenate([idx, 8 + idx])
+            fitted, report = one(fitted, X[rows], Y[rows])
+            epoch_losses.append(float(report.loss))
+        losses.append(float(np.mean(epoch_losses)))
+    bad = X.copy()
+    bad[9, 0] = np.nan
+    state = one.init(p0)
+    for epoch in (1, 2):
+        for idx in np.asarray(epoch_order(3, epoch, 8, 4)):
+            rows = np.concatenate([idx, 8 + idx])
+            state, _ = one(state, bad[rows], Y[rows])
+    with pytest.raises(FloatingPointError) as e:
+        state.check()
+    fault = [type(e.value).__name__, int(e.value.kind), e.value.step, e.value.slot,
+             int(e.value.state.count)]
+
+    results = run_two_processes(tmp_path, script=LAID_OUT, devices=2)
+    total = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((ref.params,
+                                                                         ref.opt_state)))
+    for r in results:
+        assert (r["processes"], r["devices"]) == (2, 4)
+        for got, want in zip(r["step"], jax.tree_util.tree_leaves(ref.params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
+        for got, want in zip(r["fit"], jax.tree_util.tree_leaves(fitted.params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(r["history"], losses, rtol=1e-12)
+        assert r["fault"] == fault  # both processes stop at the step the one device stops at
+        assert "model" in " ".join(r["specs"])
+        assert len(r["held"]) == 2 and max(r["held"]) <= 1.25 * total / 2  # its share, each

@@ -7,12 +7,14 @@
 - `schedule`: how chunks of steps are scheduled, once (dispatched, then settled by one read);
 - `trainer`: `train_step`, the user's handle (a call per step, or `run` for many);
 - `sources`, `fit`: the training loop over data in memory or a stream of batches;
+- `layout`: how parameter slots are partitioned over a mesh (`Layout`);
 - `saved`: saved work; `evaluate`: `predict`, `accuracy`.
 """
 
 from .evaluate import accuracy, check_labels, predict
 from .faults import Fault
 from .fit import FitProgress, fit
+from .layout import Layout, per_device_bytes
 from .saved import Saved, load, save
 from .sources import DEVICE_DATA_LIMIT, epoch_order
 from .state import Report, TrainState
@@ -20,4 +22,4 @@ from .trainer import TrainStep, train_step
 
 __all__ = ["TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress",
            "epoch_order", "predict", "accuracy", "check_labels", "save", "load", "Saved",
-           "DEVICE_DATA_LIMIT"]
+           "DEVICE_DATA_LIMIT", "Layout", "per_device_bytes"]

@@ -55,7 +55,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
         key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
         mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
         max_steps: int | None = None, checkpoint_every: int | None = None,
-        checkpoint_path=None, resume_from=None, on_checkpoint=None, callbacks=()):
+        checkpoint_path=None, resume_from=None, on_checkpoint=None, callbacks=(), layout=None):
     """Train for `epochs` more passes over `data`: (state, history).
 
     `data` is a tuple (X, Y) held in memory, shuffled each epoch into batches of exactly
@@ -75,6 +75,9 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     (if the file exists; else the run starts from `params`). Everything is checked before
     anything is compiled (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`).
 
+    `mesh` splits each batch over a mesh axis; with `layout` (a `Layout`) the parameters and
+    the optimiser state stay partitioned over the mesh by it for the whole run (`train_step`).
+
     Examples:
         Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r
         to 0.7 r, so the epochs' mean losses ½ r² are (0.5 + 0.245)/2 and (0.12005 + 0.0588245)/2.
@@ -91,7 +94,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
         >>> int(state.count)
         4
     """
-    step = train_step(model, loss_family, opt, reduction, mesh)
+    step = train_step(model, loss_family, opt, reduction, mesh, layout=layout)
     plan = dict(epochs=count_arg(epochs, "epochs", 0),
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
     every = _checkpointing(checkpoint_every, checkpoint_path, resume_from, on_checkpoint)
@@ -103,8 +106,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
             raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
         check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
     resumed = _resume(resume_from, step, source, key)
-    state = resumed["state"] if resumed else \
-        params if isinstance(params, TrainState) else step.init(params)
+    state = step.place(resumed["state"]) if resumed else \
+        step.place(params) if isinstance(params, TrainState) else step.init(params)
     step.check(state)
     run = _Run(step, source, state, plan, resumed, eval_data, every, checkpoint_path,
                on_checkpoint, callbacks, progress)
@@ -184,7 +187,8 @@ class _Run:
         losses = np.concatenate(self.losses) if self.losses else np.zeros((0,))
         plan = dict(last=self.last, max_steps=self.max_steps, **self.source.identity())
         save(self.path, self.state, self.step.model, self.step.opt, self.source.key,
-             fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses})
+             fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses},
+             layout=self.step.layout)
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.state)
 
@@ -242,7 +246,7 @@ def _resume(path, step, source, key):
     if not source.resumable:
         raise HyperparameterError("resume_from needs the data in memory, (X, Y): the position "
                                   "of an iterable of batches cannot be restored")
-    saved = load(path, step.model, step.opt)
+    saved = load(path, step.model, step.opt, step.mesh, step.layout)
     progress = saved.info.get("fit")
     if not progress:
         raise CheckpointMismatch(f"{os.fspath(path)!r} holds a state but no run's progress: "

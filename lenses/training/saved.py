@@ -16,6 +16,13 @@ expected against saved). The optimiser state is a pytree (NamedTuples, tuples, o
 states): `load` rebuilds its structure from `opt.init(params)` for the optimiser given and
 fills its leaves, checking that paths, shapes and dtypes agree.
 
+A state laid out over a mesh (`Layout`) is saved leaf by leaf, each leaf assembled on the
+host from its devices' shards, so no device holds more than it holds in training (a leaf
+spread over several processes is gathered whole, one leaf at a time, on each of their
+devices: `process_allgather`); the file records the layout's rule. `load(..., mesh=,
+layout=)` puts the state laid out on any mesh, of any shape (or on one device, without a
+mesh), and refuses a file saved under another layout, naming both.
+
 `fit(..., checkpoint_every=N, checkpoint_path=...)` uses these files to continue a run
 exactly (`lenses.training.fit`): the file also holds the run's progress (its history, the losses
 of the epoch in progress, its planned end), under the metadata's "fit" entry.
@@ -136,13 +143,14 @@ def _atomic_write(path: str, data: bytes) -> None:
 # -- save ----------------------------------------------------------------------------------------
 
 def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None = None,
-         extra_arrays: dict | None = None) -> str:
+         extra_arrays: dict | None = None, layout=None) -> str:
     """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
     `extra_arrays` are what `fit` records of a run's progress. A point outside the parameter
     object (NaN, infinity, outside an open set) is refused here (`DomainError`), since `load`
-    would refuse the file.
+    would refuse the file. `layout`: the `Layout` the state is laid out by, recorded (a
+    state split over a mesh is written from its shards, `_host`).
 
     Examples:
         >>> import os, tempfile
@@ -159,7 +167,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
-            tensors[f"{prefix}{p}"] = np.asarray(leaf)
+            tensors[f"{prefix}{p}"] = _host(leaf)
     # the ledger read back whole, then its fields on the host: indexing it on the device would
     # queue an operation behind whatever is in flight (in fit, the next chunk) and wait for it
     host = state._replace(ledger=np.asarray(state.ledger))
@@ -181,6 +189,8 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
         "extra": sorted(extra_arrays or {}),
         "fit": fit,
     }
+    if layout is not None:  # recorded only when there is one: files without it stay as they were
+        meta["layout"] = _layout_of(layout).describe()
     meta_json = json.dumps(meta, sort_keys=True)
     data = st_save(tensors, metadata={_META: meta_json, _SUM: _digest(meta_json, tensors)})
     try:
@@ -188,6 +198,30 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     except OSError as e:
         raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
+
+
+def _host(leaf) -> np.ndarray:
+    """The leaf on the host, assembled there from its devices' shards: no device holds more of
+    it than its own shard. A leaf spread over several processes is gathered whole on their
+    devices (`process_allgather`), one leaf at a time."""
+    if not isinstance(leaf, jax.Array) or leaf.is_fully_replicated:
+        return np.asarray(leaf)
+    if not leaf.is_fully_addressable:
+        from jax.experimental.multihost_utils import process_allgather
+
+        return np.asarray(process_allgather(leaf, tiled=True))
+    out = np.empty(leaf.shape, leaf.dtype)
+    for shard in leaf.addressable_shards:
+        out[shard.index] = np.asarray(shard.data)
+    return out
+
+
+def _layout_of(layout):
+    from .layout import Layout
+
+    if not isinstance(layout, Layout):
+        raise KindError(f"layout must be a Layout, got {type(layout).__name__} {layout!r}")
+    return layout
 
 
 def _check_save(path, state, model):
@@ -291,13 +325,16 @@ def _fill(template, prefix: str, saved_paths: list, tensors: dict, where: str, p
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
 
 
-def load(path, model, opt=None) -> Saved:
+def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
     """The state saved in `path` for `model` (and the optimiser `opt`, which rebuilds the
-    optimiser state's structure; None only for a stateless optimiser), as a `Saved`.
+    optimiser state's structure; None only for a stateless optimiser), as a `Saved`; with
+    `mesh`, put on it, laid out by `layout` if given (any mesh, whatever the one it was saved
+    from), else replicated.
 
     Refuses, before returning anything: an unreadable, truncated or damaged file
     (`CheckpointError`), a file saved for another model or optimiser (`CheckpointMismatch`,
-    naming the first slot that differs), a saved point outside the parameter object.
+    naming the first slot that differs, or under another layout than `layout`), a saved
+    point outside the parameter object.
 
     Examples:
         >>> import os, tempfile
@@ -312,8 +349,19 @@ def load(path, model, opt=None) -> Saved:
     """
     model = _fixed(model)
     opt = _as_optimiser(opt)
+    if layout is not None:
+        _layout_of(layout)
+        if mesh is None:
+            raise KindError("load(layout=) lays the state out over a mesh: pass mesh= too")
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+        raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
     meta, tensors = _read(path)
     names = _check_slots(path, meta, model)
+    saved_layout = meta.get("layout")
+    if layout is not None and saved_layout is not None and saved_layout != layout.describe():
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved under the layout "
+                                 f"{saved_layout}, not {layout.describe()}: load it with "
+                                 "that layout (or without one, then lay it out anew)")
     params = _fill(model.param.zeros(), "params", meta["params"], tensors, "model", path,
                    lambda p: _slot_of(p, names))
     try:
@@ -345,9 +393,32 @@ def load(path, model, opt=None) -> Saved:
         key = (jax.random.wrap_key_data(raw, impl=meta["key"][len("typed:"):])
                if meta["key"].startswith("typed:") else jnp.asarray(raw))
     state = TrainState.of(params, opt_state, int(count), tuple(int(v) for v in fault))
+    if mesh is not None:
+        state = _place(state, model, opt, mesh, layout)
     info = dict(meta)
     info["extra"] = {name: tensors[f"extra.{name}"] for name in meta.get("extra", [])}
     return Saved(state, key, info)
+
+
+def _place(state, model, opt, mesh, layout):
+    """The state on `mesh`: laid out by `layout` (the optimiser state mirroring the
+    parameters), else replicated."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from .step import state_shardings
+
+    if layout is None:
+        return jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+    template = opt if opt is not None else _Stateless()
+    return jax.device_put(state, state_shardings(model, template, layout, mesh))
+
+
+class _Stateless:
+    """The optimiser template of a stateless optimiser (what `load` is given as None)."""
+
+    @staticmethod
+    def init(params):
+        return EmptyState()
 
 
 __all__ = ["save", "load", "Saved"]

@@ -45,9 +45,13 @@ class StepCore:
     with parameter object P, a loss family on B, an optimiser structure `template` (its
     numbers come as the argument `hyper`), a reduction over the batch, and a mesh or None."""
 
-    def __init__(self, model, family, template, reduction, mesh, axis):
+    def __init__(self, model, family, template, reduction, mesh, axis, layout=None):
         self.model, self.family, self.template = model, family, template
         self.reduction, self.mesh, self.axis = reduction, mesh, axis
+        # with a layout: a NamedSharding per leaf of the state, which jit keeps (GSPMD)
+        self.layout, self.state_shardings = layout, None
+        if layout is not None:
+            self.state_shardings = state_shardings(model, template, layout, mesh)
         self._treedef = jax.tree_util.tree_structure(model.param.zeros())
         self.moves = bool(jax.tree_util.tree_leaves(model.param.zeros()))
         self.traces = {}  # how many times each compiled function was traced (for tests)
@@ -103,7 +107,7 @@ class StepCore:
         hyper = jax.lax.optimization_barrier(hyper)
         opt, space = self.template.with_hyperparams(hyper), self.model.param
         p_eval = opt.lookahead(state.opt_state, state.params, space)
-        if self.mesh is None:
+        if self.mesh is None or self.layout is not None:  # a layout: GSPMD adds the covectors
             loss, cov = self._covectors(p_eval, X, Y, self.reduction)
         else:
             loss, cov = self._sharded_covectors(p_eval, X, Y)
@@ -123,7 +127,10 @@ class StepCore:
         ok, ledger = verdict(state.ledger, cov, p_new, inside, targets_ok, self.model.param)
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
                                      (p_new, s_new), (state.params, state.opt_state))
-        return TrainState(params, opt_state, ledger), (loss, sl)
+        new = TrainState(params, opt_state, ledger)
+        if self.state_shardings is not None:  # the state stays laid out through every step
+            new = jax.lax.with_sharding_constraint(new, self.state_shardings)
+        return new, (loss, sl)
 
     # -- the one loop every step runs in -------------------------------------------------------
     def row(self, loss, sl, kind):
@@ -189,6 +196,8 @@ class StepCore:
 
             if self.mesh is None:
                 self._compiled[kind] = jax.jit(fn)
+            elif self.layout is not None:
+                self._compiled[kind] = self._laid_out(fn, kind)
             else:
                 rep = NamedSharding(self.mesh, PartitionSpec())
                 axes = (self.axis,) if kind == "call" else (None, self.axis)
@@ -196,6 +205,30 @@ class StepCore:
                 shardings = (rep, rep, batch, batch) + ((rep,) if kind != "call" else ())
                 self._compiled[kind] = jax.jit(fn, in_shardings=shardings, out_shardings=rep)
         return self._compiled[kind]
+
+    def _laid_out(self, fn, kind):
+        """`fn` compiled with the state laid out by the layout (in and out) and the batch split
+        over the data axis (replicated if there is none): GSPMD inserts the collectives."""
+        rep = NamedSharding(self.mesh, PartitionSpec())
+        axes = (self.axis,) if kind == "call" else (None, self.axis)
+        batch = rep if self.axis is None else NamedSharding(self.mesh, PartitionSpec(*axes))
+        if kind == "gather":  # data gathered on the device: the data and indices replicated
+            batch = rep
+        state = self.state_shardings
+        shardings = (rep, state, batch, batch) + ((rep,) if kind != "call" else ())
+        return jax.jit(fn, in_shardings=shardings, out_shardings=(state, rep))
+
+
+def state_shardings(model, template, layout, mesh) -> TrainState:
+    """The sharding of each leaf of a training state: the parameters' by the layout, the
+    optimiser state's mirrored from them (`layout.mirror`), the ledger replicated."""
+    from .layout import mirror
+
+    point = model.param.zeros()
+    params = layout.shardings(model, mesh)
+    rep = NamedSharding(mesh, PartitionSpec())
+    opt = mirror(jax.eval_shape(template.init, point), point, params, rep)
+    return TrainState(params, opt, rep)
 
 
 def _take(data, idx):
@@ -205,20 +238,20 @@ def _take(data, idx):
 _CORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def core_for(model, fixed, family, opt, reduction, mesh, axis) -> StepCore:
+def core_for(model, fixed, family, opt, reduction, mesh, axis, layout=None) -> StepCore:
     """The core for these arguments, made once: equal loss families and optimisers equal but
     for their numbers (`Optimiser.key`) share it, and so share its compilations."""
     try:
         per_model = _CORES.setdefault(model, {})
     except TypeError:  # a model that cannot be weakly referenced: a core of its own
         per_model = {}
-    key = (family, opt.key(), reduction, mesh, axis)
+    key = (family, opt.key(), reduction, mesh, axis) + ((layout,) if layout is not None else ())
     try:
         core = per_model.get(key)
     except TypeError:  # something unhashable in the configuration
-        return StepCore(fixed, family, opt, reduction, mesh, axis)
+        return StepCore(fixed, family, opt, reduction, mesh, axis, layout)
     if core is None:
-        core = per_model[key] = StepCore(fixed, family, opt, reduction, mesh, axis)
+        core = per_model[key] = StepCore(fixed, family, opt, reduction, mesh, axis, layout)
     return core
 
 

@@ -47,7 +47,7 @@ class TrainStep:
     """
 
     def __init__(self, model, loss_family, opt, reduction: str = "mean", mesh=None,
-                 axis: str | None = None):
+                 axis: str | None = None, layout=None):
         if reduction not in ("sum", "mean"):
             raise HyperparameterError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
         need_lens(model, "train_step")
@@ -61,11 +61,15 @@ class TrainStep:
         self.model, self.loss_family, self.opt = fixed, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
-        if mesh is not None and self.axis not in mesh.axis_names:
+        self.layout = layout
+        if layout is not None:
+            self.axis = _data_axis(mesh, layout, axis)
+        if mesh is not None and self.axis is not None and self.axis not in mesh.axis_names:
             raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
         self.spaces = slot_spaces(fixed)
-        self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis)
+        self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis,
+                              layout)
         self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
         if mesh is not None:
             self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
@@ -76,16 +80,24 @@ class TrainStep:
         """The state (p, s₀, 0, no fault) for the initial point p."""
         check_params(self.model.param, params, self.names)
         self.model.param.check(params, "the initial parameters")
-        state = TrainState.of(params, self.opt.init(params))
+        return self.place(TrainState.of(params, self.opt.init(params)))
+
+    def place(self, state: TrainState) -> TrainState:
+        """The state where this step keeps it: laid out over the mesh by the layout (the
+        optimiser state mirroring the parameters), replicated over a mesh without one, else
+        as it is."""
+        if self._core.state_shardings is not None:
+            return jax.device_put(state, self._core.state_shardings)
         if self.mesh is not None:  # replicated over the mesh, across processes too
-            state = jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
+            return jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
         return state
 
     def global_batch(self, local, steps: bool = False):
         """The batch split over the mesh from this process's own rows of it
         (`jax.make_array_from_process_local_data`: each process feeds its shard); with
         `steps`, a stack of batches (a leading axis of steps, split along the next)."""
-        spec = PartitionSpec(None, self.axis) if steps else PartitionSpec(self.axis)
+        spec = PartitionSpec() if self.axis is None else \
+            PartitionSpec(None, self.axis) if steps else PartitionSpec(self.axis)
         sharding = NamedSharding(self.mesh, spec)
         return jax.tree_util.tree_map(
             lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)), local)
@@ -146,6 +158,8 @@ class TrainStep:
         return dict(self._core.traces)
 
     def _check_split(self, n):
+        if self.axis is None:  # a layout over a mesh without a data axis: the batch is whole
+            return
         devices = self.mesh.shape[self.axis]
         if n % devices:
             raise ShapeError(f"a batch of {n} cannot be split evenly over the {devices} devices "
@@ -198,8 +212,14 @@ def _steps(stack, name: str) -> int:
     return k
 
 
-def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis=None) -> TrainStep:
+def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis=None,
+               layout=None) -> TrainStep:
     """The checked step (state, X, Y) ↦ (state', report) for `model` under `loss_family`.
+
+    With `mesh` alone, the batch is split over the mesh axis `axis` (default: the first) and
+    every device holds the whole state. With `layout` (a `Layout`) too, the parameters and the
+    optimiser state live partitioned over the mesh by the layout for the whole run, and the
+    batch is split over `axis` (default: the mesh's axis "data", if it has one; else whole).
 
     Examples:
         >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
@@ -208,7 +228,21 @@ def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis
         >>> int(state.count), float(report.loss), float(report.largest_slope)
         (1, 0.5, 1.0)
     """
-    return TrainStep(model, loss_family, opt, reduction, mesh, axis)
+    return TrainStep(model, loss_family, opt, reduction, mesh, axis, layout)
+
+
+def _data_axis(mesh, layout, axis):
+    """The mesh axis the batch is split over when a layout partitions the state."""
+    from .layout import Layout
+
+    if mesh is None:
+        raise KindError("layout= partitions the state over a mesh: pass mesh=Mesh(devices, "
+                        "('data', 'model')) too")
+    if not isinstance(layout, Layout):
+        raise KindError(f"layout must be a Layout, got {layout!r}")
+    if axis is not None:
+        return axis
+    return "data" if "data" in mesh.axis_names else None
 
 
 __all__ = ["TrainStep", "train_step"]
