@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
-
 import jax
 import numpy as np
 
@@ -12,9 +10,7 @@ from categories.errors import ShapeError, TargetError
 
 from ..optimisers import check_params, slot_names
 from ..para_lens import batched, check_batch, need_lens
-
-_predictors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
+from .shared import shared
 
 def predict(model, params, X):
     """The batched forward pass f(X, p) (compiled once per model and shapes). X is checked
@@ -30,10 +26,10 @@ def predict(model, params, X):
     check_batch(model.dom, X, f"predict({model.name})", concrete_values=True)
     check_params(model.param, params, slot_names(model))
     model.param.check(params, f"the parameters given to predict({model.name})")
-    fn = _predictors.get(model)
-    if fn is None:
-        fn = _predictors[model] = jax.jit(lambda p, X: batched(model).forward(X, p))
-    return fn(params, X)
+    record = shared(model)  # compiled once per structure, freed with its last model
+    if record.predictor is None:
+        record.predictor = jax.jit(lambda p, X: batched(record.model).forward(X, p))
+    return record.predictor(params, X)
 
 
 def accuracy(model, params, X, Y) -> float:

@@ -19,8 +19,6 @@ that is once per compiled signature.
 
 from __future__ import annotations
 
-import weakref
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +33,7 @@ from ..metrics import Context
 from ..optimisers import check_params, slot_names
 from ..para_lens import batched, check_batch
 from .faults import slope, verdict
+from .shared import shared
 from .state import TrainState
 
 tree_map = jax.tree_util.tree_map
@@ -45,8 +44,11 @@ class StepCore:
     with parameter object P, a loss family on B, an optimiser structure `template` (its
     numbers come as the argument `hyper`), a reduction over the batch, and a mesh or None."""
 
-    def __init__(self, model, family, template, reduction, mesh, axis, layout=None):
-        self.model, self.family, self.template = model, family, template
+    def __init__(self, record, family, template, reduction, mesh, axis, layout=None):
+        # the record of the model's structure, not the model: a core (and its compilations)
+        # must not keep a user's model alive (`shared`)
+        self._record, self.family, self.template = record, family, template
+        model = record.model
         self.reduction, self.mesh, self.axis = reduction, mesh, axis
         # with a layout: a NamedSharding per leaf of the state, which jit keeps (GSPMD)
         self.layout, self.state_shardings = layout, None
@@ -56,6 +58,11 @@ class StepCore:
         self.moves = bool(jax.tree_util.tree_leaves(model.param.zeros()))
         self.traces = {}  # how many times each compiled function was traced (for tests)
         self._compiled = {}
+
+    @property
+    def model(self):
+        """A live model of the structure this core computes for (any one: they compute alike)."""
+        return self._record.model
 
     # -- phase one ---------------------------------------------------------------------------
     def _covectors(self, p_eval, X, Y, reduction):
@@ -235,23 +242,19 @@ def _take(data, idx):
     return tree_map(lambda v: jnp.take(v, idx, axis=0), data)
 
 
-_CORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def core_for(model, fixed, family, opt, reduction, mesh, axis, layout=None) -> StepCore:
-    """The core for these arguments, made once: equal loss families and optimisers equal but
-    for their numbers (`Optimiser.key`) share it, and so share its compilations."""
-    try:
-        per_model = _CORES.setdefault(model, {})
-    except TypeError:  # a model that cannot be weakly referenced: a core of its own
-        per_model = {}
+def core_for(model, family, opt, reduction, mesh, axis, layout=None) -> StepCore:
+    """The core for these arguments, made once per model structure (`shared`): models that
+    compute alike, equal loss families and optimisers equal but for their numbers
+    (`Optimiser.key`) share it, and so share its compilations; it lives while such a model does."""
+    record = shared(model)
     key = (family, opt.key(), reduction, mesh, axis) + ((layout,) if layout is not None else ())
     try:
-        core = per_model.get(key)
+        core = record.cores.get(key)
     except TypeError:  # something unhashable in the configuration
-        return StepCore(fixed, family, opt, reduction, mesh, axis, layout)
-    if core is None:
-        core = per_model[key] = StepCore(fixed, family, opt, reduction, mesh, axis, layout)
+        return StepCore(record, family, opt, reduction, mesh, axis, layout)
+    if core is None:  # a copy of the optimiser: the user's own is not kept alive by the core
+        template = opt.with_hyperparams(opt.hyperparams())
+        core = record.cores[key] = StepCore(record, family, template, reduction, mesh, axis, layout)
     return core
 
 

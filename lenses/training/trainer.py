@@ -68,8 +68,7 @@ class TrainStep:
             raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
         self.spaces = slot_spaces(fixed)
-        self._core = core_for(model, fixed, self.loss_family, opt, reduction, mesh, self.axis,
-                              layout)
+        self._core = core_for(fixed, self.loss_family, opt, reduction, mesh, self.axis, layout)
         self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
         if mesh is not None:
             self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
