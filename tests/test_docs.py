@@ -127,3 +127,23 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     # the reference shows the docstring examples, and the notebooks come with their outputs
     assert "lenses.dense" in (tmp_path / "site/reference/layers/index.html").read_text()
     assert "<img" in (tmp_path / "site/inner-products/inner_products/index.html").read_text()
+    # maths marked for MathJax (arithmatex's form) on a theory page and a notebook page, no
+    # `$` left outside code on any page, and MathJax served by the site itself
+    site = tmp_path / "site"
+    for page, formula in [("theory/sharp-and-update/index.html", r"\(g_p((p')^\sharp, v) = p'(v)\)"),
+                          ("theory/backward-part/index.html", "\\[\nf' : A \\times P"),
+                          ("theory/laws/index.html", r"\((B \circ A)^* = A^* \circ B^*\)"),
+                          ("inner-products/inner_products/index.html", r"\(u(p) = p - \eta")]:
+        text = (site / page).read_text()
+        assert re.search(r'<(span|div) class="arithmatex">' + re.escape(formula), text), page
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert not re.findall(r"\$", _OUTSIDE_CODE.sub("", text)), f"raw $ in {page}"
+        for src in re.findall(r'<script[^>]* src="([^"]*)"', text):
+            assert src and not re.match(r"\w+:|//", src), f"{page} loads {src!r}"
+    assert (site / "assets/mathjax/tex-svg-full.js").stat().st_size > 10**6
+
+
+# what MathJax leaves alone: code, printed outputs, scripts, styles, and the maths it typesets
+_OUTSIDE_CODE = re.compile(r'<(pre|code|script|style|textarea)\b.*?</\1>|'
+                           r'<(span|div) class="arithmatex">.*?</\2>', re.S)
