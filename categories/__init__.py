@@ -4,6 +4,7 @@ Knows nothing of learning. `lenses` builds on it.
 """
 
 from ._compose import check_composable
+from ._version import __version__
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, LayoutError, MetricError, MissingExtraError, NonFiniteError,
                      ParalensError, ShapeError, SlotError, SpaceMismatch, TargetError,

@@ -8,6 +8,8 @@ beside them checks, laws, strategies, instruments and pictures (`checks`, `laws`
 Equinox, Flax, functions).
 """
 
+from categories._version import __version__  # one version for the distribution
+
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
 from .diagrams import diagram, draw, expression

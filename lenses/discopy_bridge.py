@@ -22,6 +22,7 @@ is optional (`pip install 'paralens[diagrams]'`): it is imported when these are 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from functools import reduce
 
@@ -118,13 +119,59 @@ def to_discopy(lens):
     return _translate(lens.picture(), _markov())
 
 
+# the characters of lens and space names, as LaTeX's math mode writes them
+_MACROS = {"→": r"\to ", "×": r"\times ", "θ": r"\theta ", "≫": r"\gg ", "⊗": r"\otimes ",
+           "·": r"\cdot ", "∘": r"\circ ", "η": r"\eta ", "λ": r"\lambda ", "♯": r"\sharp ",
+           "′": "'", "−": "-", " ": r"\ ", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%",
+           "#": r"\#", "&": r"\&", "$": r"\$", "\\": r"\backslash "}
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_LABEL = re.compile(r"^(\\node \[[^]]*\] \(\d+\) at \([^)]*\) \{)(.+)(\};)$", re.M)
+
+
+def _math(name: str) -> str:
+    """A name in math mode: words upright (`\\mathrm`), each symbol its macro."""
+    out, words = [], _WORD.findall(name)
+    for i, part in enumerate(_WORD.split(name)):
+        if i:
+            out.append(r"\mathrm{" + words[i - 1] + "}")
+        for c in part:
+            if c in _MACROS:
+                out.append(_MACROS[c])
+            elif c.isascii():
+                out.append(c)
+            else:
+                raise KindError(f"to_tikz cannot write {c!r} (in the name {name!r}) in LaTeX")
+    return "".join(out).strip()
+
+
+def _spaces(pic, found: dict) -> dict:
+    """Every space a picture's wires are labelled with (as `to_discopy` labels them: `repr`),
+    with its LaTeX (`Space.latex`)."""
+    for attr in ("dom", "cod", "param"):
+        space = getattr(pic, attr, None)
+        if space is not None and hasattr(space, "latex"):
+            found[repr(space)] = space.latex()
+            for factor in getattr(space, "factors", ()):
+                _spaces(picture.Boxed("", factor, None), found)
+    for inner in (getattr(pic, "inner", None), *getattr(pic, "parts", ())):
+        if inner is not None:
+            _spaces(inner, found)
+    return found
+
+
 def to_tikz(lens, path=None, **params) -> str:
-    """The string diagram of `lens` as TikZ (DisCoPy's own output: `diagram.draw(to_tikz=True)`),
-    returned as text and, if `path` is given, written there; `params` go to DisCoPy's `draw`.
+    """The string diagram of `lens` as TikZ (DisCoPy's own output: `diagram.draw(to_tikz=True)`)
+    with every label in math mode (a space as `Space.latex` writes it, a name with LaTeX's
+    macros), returned as text and, if `path` is given, written there; `params` go to DisCoPy's
+    `draw`. It compiles with pdflatex after `\\usepackage{amsmath, amssymb, tikz}` and
+    DisCoPy's layers and style (`\\pgfdeclarelayer{edgelayer}`, `{nodelayer}`,
+    `\\pgfsetlayers{edgelayer,nodelayer,main}`, `\\tikzset{none/.style={}}`).
 
     Examples:
         >>> text = to_tikz(dense(2, 3))
-        >>> r"\\begin{tikzpicture}" in text, "dense(2→3)" in text
+        >>> r"\\begin{tikzpicture}" in text, r"{$\\mathrm{dense}(2\\to 3)$}" in text
+        (True, True)
+        >>> r"{$\\mathbb{R}^{3 \\times 2} \\times \\mathbb{R}^{3}$}" in text, r"{$\\theta$}" in text
         (True, True)
     """
     diagram = to_discopy(lens)
@@ -133,6 +180,9 @@ def to_tikz(lens, path=None, **params) -> str:
         diagram.draw(path=out, to_tikz=True, **params)
         with open(out, encoding="utf-8") as f:
             text = f.read()
+    spaces = _spaces(lens.picture(), {})
+    text = _LABEL.sub(lambda m: m.group(1) + "$" + (spaces.get(m.group(2)) or _math(m.group(2)))
+                      + "$" + m.group(3), text)
     if path is not None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

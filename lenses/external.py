@@ -47,7 +47,7 @@ class Wrapped(ParaLens):
 
     `units`: per slot, the indices of its leaves in the pytree's order; `declared`: slot ↦
     (Affine, n_in, n_out, name) for slots that are affine layers; `tap(tree, a, hooks)`: the
-    forward part with hooks[slot](input, output) ↦ output applied at each declared layer (how
+    forward part with `hooks[slot](input, output) ↦ output` applied at each declared layer (how
     KFAC reads a layer's input and perturbs its output inside the foreign call).
 
     Examples:

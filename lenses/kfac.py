@@ -130,7 +130,7 @@ class KFAC(_DataMetric):
     - "gauss-newton": F_i = ∂²L_{y_i}/∂z² (the loss Hessian in the output; JAX's Hessian);
     - "empirical": F_i = d_i d_iᵀ, d_i = ∇_z L_{y_i}(z_i) at the data's own labels (the
       empirical Fisher, which is not the Fisher: Kunstner et al. 2019);
-    - "sampled": F_i = (1/S) Σ_{k≤S} d̂_ik d̂_ikᵀ, d̂_ik = ∇_z L_{ŷ_ik}(z_i), ŷ_ik ~ p(·|z_i)
+    - "sampled": `F_i = (1/S) Σ_{k≤S} d̂_ik d̂_ikᵀ`, `d̂_ik = ∇_z L_{ŷ_ik}(z_i)`, `ŷ_ik ~ p(·|z_i)`
       drawn by the family's `sample` (`samples` = S): the true Fisher by Monte Carlo, as the
       paper computes it; E[d̂ d̂ᵀ] = F_out(z_i), so these factors are unbiased for "fisher"'s.
       The draws advance with the state's key at every factor update.

@@ -5,6 +5,10 @@ Oracles: DisCoPy's own composition and tensor (the translation must be a functor
 parameter object; copies DisCoPy's copies), and the text DisCoPy writes as TikZ.
 """
 
+import re
+import shutil
+import subprocess
+
 import jax.numpy as jnp
 import pytest
 
@@ -98,14 +102,49 @@ def test_frames_are_bubbles_around_their_inside_and_copies_are_discopys():
     assert sum(isinstance(b, markov.Copy) for b in boxes(to_discopy(seq))) == 2
 
 
-def test_tikz_is_discopys_output_and_names_every_box(tmp_path):
-    lens = residual(f >> tanh) >> repeat(dense(3, 3), 2)
+TIKZ_LENS = (residual(f >> tanh) >> repeat(dense(3, 3), 2)
+             >> checkpoint(copy(A) >> (linear(3, 2) @ tanh.at(A))))
+LABEL = re.compile(r"^\\node \[[^]]*\] \(\d+\) at \([^)]*\) \{(.*)\};$", re.M)
+
+
+def test_tikz_is_discopys_output_with_every_label_in_math_mode(tmp_path):
     path = tmp_path / "lens.tikz"
-    text = to_tikz(lens, path=path)
+    text = to_tikz(TIKZ_LENS, path=path)
     assert path.read_text() == text
     assert "\\begin{pgfonlayer}{nodelayer}" in text and "\\draw" in text
-    for box in ("dense(3→3)", "tanh", "repeat ×2", "R^3"):
-        assert box in text, box
+    labels = [label for label in LABEL.findall(text) if label]
+    assert len(labels) > 20
+    for label in labels:  # math mode, ASCII only: what pdflatex reads
+        assert re.fullmatch(r"\$[^$]+\$", label) and label.isascii(), label
+    # each box and wire as LaTeX writes it (written out here by hand)
+    for written in (r"$\mathrm{dense}(3\to 3)$", r"$\mathrm{tanh}$", r"$\mathrm{repeat}\ \times 2$",
+                    r"$\theta$", r"$\mathbb{R}^{3}$", r"$\mathbb{R}^{3 \times 3} \times \mathbb{R}^{3}$",
+                    r"$\mathrm{checkpoint}:\ \mathrm{recompute}$", r"$\mathrm{linear}(3\to 2)$"):
+        assert "{" + written + "}" in text, written
+
+
+PREAMBLE = r"""\documentclass{article}
+\usepackage{amsmath, amssymb, tikz}
+\pgfdeclarelayer{edgelayer}
+\pgfdeclarelayer{nodelayer}
+\pgfsetlayers{edgelayer,nodelayer,main}
+\tikzset{none/.style={}}
+\begin{document}
+\input{lens.tikz}
+\end{document}
+"""
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (apt-get install texlive-latex-base "
+                           "texlive-pictures): to_tikz's output is not compiled here")
+def test_tikz_compiles_with_pdflatex(tmp_path):
+    to_tikz(TIKZ_LENS, path=tmp_path / "lens.tikz")
+    (tmp_path / "figure.tex").write_text(PREAMBLE)
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "figure.tex"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert (tmp_path / "figure.pdf").stat().st_size > 0
 
 
 def test_a_family_or_a_non_lens_is_refused():
