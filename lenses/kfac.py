@@ -31,7 +31,7 @@ class KFACState(NamedTuple):
     """K-FAC's memory: `count` steps taken, `updates` factor estimates made, per site the
     running `factors` (A, G) and their eigen-decompositions `eig` (α, U_A, γ, U_G) (None for
     a site without affine structure), the `damping` λ, a random `key` for sampled labels, and
-    the `last` point (for adaptive damping; None otherwise).
+    the `last` point (with `rescale`, whose previous move δ₀ = θ − last it is; None otherwise).
 
     Examples:
         The state of `sharp(KFAC(...))`, the first part of `gd`, before any step: one (A, G)
@@ -145,20 +145,37 @@ class KFAC(_DataMetric):
     - `inverse_period` T_i: the eigen-decompositions A = U_A diag(α) U_Aᵀ, G = U_G diag(γ) U_Gᵀ
       are recomputed at the steps with t mod T_i = 0 and kept in between (the damping enters at
       the solve, so a new λ needs no new decomposition).
-    - `adapt_damping`: the Levenberg–Marquardt rule of section 6.5, every T_λ = `damping_period`
-      steps (t > 0, t mod T_λ = 0): with δ = θ_t − θ_{t−1} the last move and h the batch loss,
-          ρ = [h(θ_t) − h(θ_{t−1})] / [∇h(θ_{t−1})ᵀ δ + ½ δᵀ (C(θ_{t−1}) + λ I) δ],
+    - `tikhonov`: how λ enters a block. "exact" (default): G ⊗ A + λ I, solved exactly (its
+      eigenvalues are γ_i α_j + λ). "factored": the factored Tikhonov damping of section 6.3,
+      (A + π√λ I) ⊗ (G + (1/π)√λ I) with π = √[(tr A / dim A) / (tr G / dim G)] (π = 1 where
+      a trace vanishes), whose eigenvalues are (γ_i + √λ/π)(α_j + π√λ).
+    - `rescale`: the step of sections 6.4 and 7. With Δ = −K⁻¹∇h the K-FAC direction and δ₀
+      the previous move (θ − the point of the previous step; 0 at the first), the step is
+      δ = αΔ + μδ₀ with (α, μ) minimising the quadratic model of the step's batch
+          M(δ) = ½ δᵀ (C + λ I) δ + ∇hᵀ δ,
       C the exact curvature matching `curvature` (the Fisher, the Gauss–Newton matrix or the
-      empirical Fisher, applied matrix-free), everything on the current batch; then
+      empirical Fisher; "sampled" uses the Fisher), applied matrix-free by one linearisation
+      of the network: the 2×2 system
+          [ΔᵀCΔ+λΔᵀΔ    ΔᵀCδ₀+λΔᵀδ₀ ] [α]     [∇hᵀΔ ]
+          [δ₀ᵀCΔ+λδ₀ᵀΔ  δ₀ᵀCδ₀+λδ₀ᵀδ₀] [μ] = − [∇hᵀδ₀],
+      or α = −∇hᵀΔ / (Δᵀ(C + λI)Δ), μ = 0 when the matrix is singular (δ₀ = 0, or δ₀ ∥ Δ).
+      The sharp part returns −δ, so `gd(1.0, ...)` takes the paper's step δ (another learning
+      rate scales it). ∇h is the covector being sharpened (the batch gradient, as the
+      optimiser passes it). The library's losses carry no ℓ2 term: the paper's η is 0.
+    - `adapt_damping`: the Levenberg–Marquardt rule of section 6.5, on the step's own batch:
+      at the steps t with (t + 1) mod T_λ = 0 (T_λ = `damping_period`), with δ the step this
+      call proposes (−the vector it returns: the move of `gd(1.0, ...)`) and h the batch loss,
+          ρ = [h(θ + δ) − h(θ)] / M(δ),     M the quadratic model above (λ included);
+      then, for the next steps,
           λ ← ω λ if ρ > 3/4,   λ ← λ / ω if ρ < 1/4,   ω = `omega` (the paper's (19/20)^T_λ),
-      clipped to [`min_damping`, `max_damping`]. A move the model predicts to go uphill counts
-      as ρ < 1/4; no move leaves λ as it is.
-
-    The sharp map solves each damped block exactly: its eigenvalues are γ_i α_j + λ, so
-    X = U_G [(U_Gᵀ V U_A) / (γ αᵀ + λ)] U_Aᵀ (no split of the damping between the factors).
-    It acts on the row-major vec of Θ = [W b] as G ⊗ A (`matrix` reorders it to `ravel(p)`).
-    It equals the exact block s Σ_i (B_iᵀ F_i B_i) ⊗ (ā_i ā_iᵀ) when B_i does not depend on the
-    example (a deep linear network).
+      clipped to [`min_damping`, `max_damping`]. A step the model predicts to go uphill, or
+      whose loss is not finite, counts as ρ < 1/4; a zero step leaves λ as it is. Under
+      another learning rate than 1 the step taken is lr·δ, and ρ still judges δ.
+    - γ (section 6.6) is folded into λ: the paper keeps a second damping γ for the factors
+      (√(λ + η) before its own adaptation) and re-tunes it by a three-point search every T₂
+      steps, three extra evaluations of M; here the one λ enters both the factors (√λ in
+      "factored") and the model M, as kfac-jax's one `damping` does, and the
+      Levenberg–Marquardt rule adapts it.
 
     State. The options need memory between steps: the running factors, their decompositions,
     λ, a random key and the last point. The metric keeps them in the state of its optimiser's
@@ -169,11 +186,17 @@ class KFAC(_DataMetric):
     stateless maps `sharp`, `flat`, `matrix` and `factors` always do (sampled labels drawn from
     `seed` there).
 
-    Arguments: `damping` λ (the initial one with `adapt_damping`); `curvature` "fisher",
+    Arguments: `damping` λ (the initial one with `adapt_damping`; 0.1 by default: with 1e-3 or
+    1e-2, `gd(0.1, metric=KFAC(λ))` on a small 3-class problem, the README's, stops on a
+    non-finite step within 100 steps on some of 10 seeds, as the softmax Fisher shrinks where
+    the predictions saturate and the step grows as 1/λ; `tests/test_kfac.py`); `curvature` "fisher",
     "gauss-newton", "empirical" or "sampled" (`samples` labels per example, from the family's
     `sample` or `sampler(key, z)`); `decay` ε ∈ [0, 1); `factor_period`, `inverse_period`,
-    `damping_period` ≥ 1; `omega` ∈ (0, 1]; `min_damping`, `max_damping`; `seed` the first
-    key; `model` the model whose factors the state holds (needed by every option).
+    `damping_period` ≥ 1; `omega` ∈ (0, 1]; `min_damping`, `max_damping`; `tikhonov`
+    "exact" or "factored"; `rescale`; `seed` the first key; `model` the model whose factors
+    the state holds (needed by every option but `tikhonov`). `rescale` and `adapt_damping`
+    act in the optimiser's step (`sharp_state`); `sharp`, `flat` and `matrix` are the damped
+    K-FAC matrix itself, a metric.
     Parameterised slots whose lens declares no affine structure raise, or with
     `fallback="euclidean"` get the identity block. For example,
     `gd(0.3, metric=KFAC(0.1, decay=0.95, inverse_period=5, model=net))`.
@@ -192,12 +215,12 @@ class KFAC(_DataMetric):
         [[1. 1.]]
     """
 
-    def __init__(self, damping: float = 1e-3, curvature: str = "fisher", fallback: str = "raise",
+    def __init__(self, damping: float = 0.1, curvature: str = "fisher", fallback: str = "raise",
                  output_fisher=None, *, decay: float = 0.0, factor_period: int = 1,
                  inverse_period: int = 1, adapt_damping: bool = False, damping_period: int = 5,
                  omega: float | None = None, min_damping: float = 1e-8,
                  max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
-                 model=None):
+                 model=None, tikhonov: str = "exact", rescale: bool = False):
         damping = _number(damping, "damping")
         if damping < 0:
             raise HyperparameterError(f"KFAC: damping must be ≥ 0, got {damping}")
@@ -207,6 +230,10 @@ class KFAC(_DataMetric):
         if fallback not in ("raise", "euclidean"):
             raise HyperparameterError(f"KFAC: fallback must be 'raise' or 'euclidean', "
                                       f"got {fallback!r}")
+        if tikhonov not in ("exact", "factored"):
+            raise HyperparameterError(f"KFAC: tikhonov must be 'exact' or 'factored', "
+                                      f"got {tikhonov!r}")
+        self.tikhonov, self.rescale = tikhonov, bool(rescale)
         decay = _number(decay, "decay")
         if not 0 <= decay < 1:
             raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
@@ -232,7 +259,7 @@ class KFAC(_DataMetric):
         options = [name for name, on in (
             ("decay", decay > 0), ("factor_period", self.factor_period > 1),
             ("inverse_period", self.inverse_period > 1), ("adapt_damping", self.adapt_damping),
-            ("curvature='sampled'", curvature == "sampled")) if on]
+            ("rescale", self.rescale), ("curvature='sampled'", curvature == "sampled")) if on]
         if options and model is None:
             raise KindError(f"KFAC with {', '.join(options)} keeps its factors in the optimiser's "
                             "state, whose shapes are the model's: pass model=your_model")
@@ -325,15 +352,32 @@ class KFAC(_DataMetric):
         return tuple(out)
 
     # -- the damped blocks, solved and applied -----------------------------------------------------
+    def _shifts(self, a, g, lam):
+        """(c_A, c_G) added to A's and G's eigenvalues by the factored Tikhonov damping:
+        (π√λ, √λ/π), π = √[(tr A / dim A) / (tr G / dim G)] (1 where a trace vanishes)."""
+        ta, tg = jnp.mean(a), jnp.mean(g)
+        pi = jnp.sqrt(jnp.where((ta > 0) & (tg > 0), ta / jnp.where(tg > 0, tg, 1.0), 1.0))
+        root = jnp.sqrt(lam)
+        return pi * root, root / pi
+
+    def _eigenvalues(self, a, g, lam):
+        """The damped block's eigenvalues on the grid (γ_i, α_j): γ_i α_j + λ ("exact") or
+        (γ_i + √λ/π)(α_j + π√λ) ("factored")."""
+        # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
+        a, g = jnp.maximum(a, 0.0), jnp.maximum(g, 0.0)
+        if self.tikhonov == "factored":
+            ca, cg = self._shifts(a, g, lam)
+            return (g + cg)[:, None] * (a + ca)[None, :]
+        return g[:, None] * a[None, :] + lam
+
     def _apply(self, sites, eig, t, lam, sharp):
-        """Each affine block of t mapped by (G ⊗ A + λ I)^(−1) (sharp) or by G ⊗ A + λ I."""
+        """Each affine block of t mapped by the damped block's inverse (sharp) or by it."""
         out = t
         for site, e in zip(sites, eig):
             if e is None:  # the identity block of the fallback
                 continue
             a, UA, g, UG = e
-            # Clamp rounding below 0: A and G are Gram matrices, positive semi-definite.
-            ev = jnp.maximum(g, 0.0)[:, None] * jnp.maximum(a, 0.0)[None, :] + lam
+            ev = self._eigenvalues(a, g, lam)
             C = UG.T @ _to_theta(site, site.get(t)) @ UA
             X = UG @ (C / ev if sharp else C * ev) @ UA.T
             out = at_path(out, site.path, _from_theta(site, X))
@@ -358,10 +402,15 @@ class KFAC(_DataMetric):
             if f is None:
                 blocks.append(jnp.eye(d))
                 continue
-            M = jnp.kron(f[1], f[0])
+            A, G = f
+            if self.tikhonov == "factored":
+                ca, cg = self._shifts(jnp.diagonal(A), jnp.diagonal(G), self.damping)
+                M = jnp.kron(G + cg * jnp.eye(len(G), dtype=G.dtype),
+                             A + ca * jnp.eye(len(A), dtype=A.dtype))
+            else:
+                M = jnp.kron(G, A) + self.damping * jnp.eye(d, dtype=A.dtype)
             perm = _theta_to_ravel(site, site.lens.cod.shape[0], site.lens.dom.shape[0])
-            M = M if perm is None else M[perm][:, perm]
-            blocks.append(M + self.damping * jnp.eye(d, dtype=M.dtype))
+            blocks.append(M if perm is None else M[perm][:, perm])
         return jax.scipy.linalg.block_diag(*blocks)
 
     # -- the state ---------------------------------------------------------------------------------
@@ -386,7 +435,7 @@ class KFAC(_DataMetric):
             ng = site.lens.cod.shape[0]
             factors.append((zeros(na, na), zeros(ng, ng)))
             eig.append((zeros(na), eye(na), zeros(ng), eye(ng)))
-        last = tree_map(lambda a: zeros(*jnp.shape(a)), p) if self.adapt_damping else None
+        last = tree_map(lambda a: zeros(*jnp.shape(a)), p) if self.rescale else None
         return KFACState(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(0)), tuple(factors),
                          tuple(eig), jnp.asarray(self.damping, dtype),
                          jax.random.PRNGKey(self.seed), last)
@@ -413,9 +462,6 @@ class KFAC(_DataMetric):
         g, st = t
         sites, count = self._layout(ctx.model), st.count
         lam = st.damping
-        if self.adapt_damping:
-            due = (count > 0) & (count % self.damping_period == 0)
-            lam = lax.cond(due, lambda: self._adapted(st.last, p, lam, ctx), lambda: lam)
         key, sub = jax.random.split(st.key)
 
         def fresh():
@@ -428,8 +474,22 @@ class KFAC(_DataMetric):
                                     lambda: (st.factors, st.updates))
         eig = lax.cond(count % self.inverse_period == 0, lambda: _eig(factors), lambda: st.eig)
         x = self._apply(sites, eig, g, lam, True)
-        last = p if self.adapt_damping else None
-        return x, KFACState(count + 1, updates, factors, eig, lam, key, last)
+        if not (self.rescale or self.adapt_damping):
+            return x, KFACState(count + 1, updates, factors, eig, lam, key, None)
+        direction = tree_map(jnp.negative, x)  # Δ = −K⁻¹∇h
+        if self.rescale:
+            # δ₀ = θ − the previous step's point: the move actually taken (0 at the first step).
+            d0 = tree_map(lambda a, b: jnp.where(count > 0, a - b, jnp.zeros_like(a)), p, st.last)
+            step, change = self._rescaled(p, g, direction, d0, lam, ctx)
+        else:
+            step, change = direction, None
+        if self.adapt_damping:
+            due = (count + 1) % self.damping_period == 0
+            lam = lax.cond(due, lambda: self._adapted(p, g, step, change, lam, ctx)[0],
+                           lambda: lam)
+        last = p if self.rescale else None
+        return tree_map(jnp.negative, step), KFACState(count + 1, updates, factors, eig, lam,
+                                                       key, last)
 
     def _curvature_metric(self, ctx):
         """The exact curvature C of the quadratic model (undamped), matching `curvature`."""
@@ -441,30 +501,56 @@ class KFAC(_DataMetric):
             return GaussNewton(0.0)  # "sampled" for a family with a sampler only
         return Fisher(0.0, output_fisher=self._output_fisher)
 
-    def _adapted(self, last, p, lam, ctx):
-        """λ after the Levenberg–Marquardt rule for the move from `last` to p (`KFAC`'s docstring)."""
+    def _damped_product(self, p, lam, ctx):
+        """v ↦ (C + λ I) v, flattened, C the exact curvature of the batch (matrix-free)."""
+        Cv = self._curvature_metric(ctx)._gram_matvec(p, ctx)
+        return lambda v: ravel(Cv(v)) + lam * ravel(v)
+
+    def _rescaled(self, p, g, direction, d0, lam, ctx):
+        """(δ, M(δ)): δ = αΔ + μδ₀ with (α, μ) minimising the quadratic model M of the batch
+        (`KFAC`'s docstring, `rescale`), and the model's value there."""
+        Cv = self._damped_product(p, lam, ctx)
+        D, d, grad = ravel(direction), ravel(d0), ravel(g)
+        CD, Cd = Cv(direction), Cv(d0)
+        a11, a12, a22 = D @ CD, D @ Cd, d @ Cd
+        b1, b2 = grad @ D, grad @ d
+        det = a11 * a22 - a12 * a12
+        # δ₀ = 0 or δ₀ ∥ Δ makes the system singular (to rounding): then α alone.
+        both = det > 1e3 * jnp.finfo(D.dtype).eps * a11 * a22
+        safe = jnp.where(both, det, 1.0)
+        alpha2, mu2 = (a12 * b2 - a22 * b1) / safe, (a12 * b1 - a11 * b2) / safe
+        alpha1 = jnp.where(a11 > 0, -b1 / jnp.where(a11 > 0, a11, 1.0), 0.0)
+        alpha, mu = jnp.where(both, alpha2, alpha1), jnp.where(both, mu2, 0.0)
+        step = tree_map(lambda u, v: alpha * u + mu * v, direction, d0)
+        change = (0.5 * (alpha * alpha * a11 + 2 * alpha * mu * a12 + mu * mu * a22)
+                  + alpha * b1 + mu * b2)
+        return step, change
+
+    def _adapted(self, p, g, step, change, lam, ctx):
+        """(λ after the Levenberg–Marquardt rule for the step δ = `step` from p, ρ), on the
+        batch of `ctx` (`KFAC`'s docstring). `change` is M(δ), or None to compute it."""
         _, s = _data(ctx, "KFAC")
         value, model = loss_family(ctx.loss).value, batched(ctx.model)
 
         def h(q):
             return s * jnp.sum(jax.vmap(value)(model.forward(ctx.x, q), ctx.y))
 
-        delta = tree_map(lambda a, b: a - b, p, last)
-        h0, grad0 = jax.value_and_grad(h)(last)
-        Cd = self._curvature_metric(ctx)._gram_matvec(last, ctx)(delta)
-        d = ravel(delta)
-        pred = jnp.dot(ravel(grad0), d) + 0.5 * jnp.dot(ravel(Cd), d) + 0.5 * lam * jnp.dot(d, d)
-        actual = h(p) - h0
-        rho = jnp.where(pred < 0, actual / jnp.where(pred < 0, pred, 1.0), -jnp.inf)
+        d = ravel(step)
+        if change is None:
+            change = ravel(g) @ d + 0.5 * d @ self._damped_product(p, lam, ctx)(step)
+        actual = h(tree_map(jnp.add, p, step)) - h(p)
+        rho = jnp.where(change < 0, actual / jnp.where(change < 0, change, 1.0), -jnp.inf)
+        rho = jnp.where(jnp.isnan(rho), -jnp.inf, rho)  # a loss that overflowed: raise λ
         new = jnp.where(rho > 0.75, lam * self.omega, jnp.where(rho < 0.25, lam / self.omega, lam))
         new = jnp.where(jnp.all(d == 0), lam, new)
-        return jnp.clip(new, self.min_damping, self.max_damping).astype(lam.dtype)
+        return jnp.clip(new, self.min_damping, self.max_damping).astype(lam.dtype), rho
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v, default in (
             ("decay", self.decay, 0.0), ("factor_period", self.factor_period, 1),
             ("inverse_period", self.inverse_period, 1),
-            ("adapt_damping", self.adapt_damping, False)) if v != default)
+            ("adapt_damping", self.adapt_damping, False), ("tikhonov", self.tikhonov, "exact"),
+            ("rescale", self.rescale, False)) if v != default)
         return f"KFAC(damping={self.damping}, curvature={self.curvature!r}{extra})"
 
 
