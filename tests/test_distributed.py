@@ -104,7 +104,8 @@ def run_two_processes(tmp_path, timeout=180, script=SCRIPT, devices=1):
     flags = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port)], cwd=ROOT, env=env,
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(tmp_path)],
+                              cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     try:
@@ -189,7 +190,8 @@ import numpy as np
 from jax.experimental.multihost_utils import process_allgather
 from jax.sharding import Mesh
 from categories import draws
-from lenses import Layout, adam, dense, fit, half_squared_error, per_device_bytes, tanh, train_step
+from lenses import (Layout, adam, dense, fit, half_squared_error, per_device_bytes, save, tanh,
+                    train_step)
 
 # 2 processes × 2 devices: the data axis across the processes, the model axis within each
 mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "model"))
@@ -207,6 +209,8 @@ report.check()
 held = per_device_bytes((state.params, state.opt_state))
 fitted, history = fit(model, half_squared_error, adam(0.05), p0, (X[mine], Y[mine]), epochs=2,
                       batch_size=8, key=3, mesh=mesh, layout=Layout())
+# each process writes the laid-out state (its leaves span both processes: gathered one by one)
+saved = save(f"{sys.argv[3]}/run{pid}.st", fitted, model, adam(0.05), layout=Layout())
 bad = X.copy()
 bad[9, 0] = np.nan  # in process 1's rows: both processes must stop at its step
 try:
@@ -220,7 +224,7 @@ whole = lambda t: [np.asarray(process_allgather(a, tiled=True)).tolist()
 print("RESULT" + json.dumps({"processes": jax.process_count(), "devices": len(jax.devices()),
                              "step": whole(state.params), "fit": whole(fitted.params),
                              "history": [h["loss"] for h in history], "fault": fault,
-                             "held": list(held.values()),
+                             "held": list(held.values()), "saved": saved,
                              "specs": [str(a.sharding.spec) for a in
                                        jax.tree_util.tree_leaves(fitted.params)]}), flush=True)
 '''
@@ -228,7 +232,7 @@ print("RESULT" + json.dumps({"processes": jax.process_count(), "devices": len(ja
 
 @pytest.mark.slow  # two subprocesses
 def test_two_processes_of_two_devices_train_a_laid_out_model_as_one_device(tmp_path):
-    from lenses import adam, dense, tanh
+    from lenses import adam, dense, load, tanh
     model = dense(3, 8) >> tanh >> dense(8, 4)
     p0 = model.init(jax.random.PRNGKey(0))
     X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 3)))
@@ -270,3 +274,7 @@ def test_two_processes_of_two_devices_train_a_laid_out_model_as_one_device(tmp_p
         assert r["fault"] == fault  # both processes stop at the step the one device stops at
         assert "model" in " ".join(r["specs"])
         assert len(r["held"]) == 2 and max(r["held"]) <= 1.25 * total / 2  # its share, each
+        back = load(r["saved"], model, adam(0.05)).state  # the file, read on one device
+        for got, want in zip(jax.tree_util.tree_leaves(back.params),
+                             jax.tree_util.tree_leaves(fitted.params)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-13)

@@ -353,3 +353,49 @@ def test_a_run_saved_on_2x4_resumes_on_4_devices_and_on_one_as_their_uninterrupt
     assert "saved under the layout" in out["refusals"]["layout"] and \
         "'replicate'" in out["refusals"]["layout"]
     assert "dense(16→8)" in out["refusals"]["model"] or "16→4" in out["refusals"]["model"]
+
+
+BENCH = r'''
+import json, sys
+sys.path.insert(0, "bench")
+import sharding
+print("RESULT" + json.dumps(sharding.agreement([8, 16, 16, 8], 16, 5)))
+'''
+
+
+@pytest.mark.slow  # a subprocess with 8 simulated devices
+def test_the_sharding_bench_contestants_agree_with_one_device_in_float32():
+    """bench/sharding.py's configurations at a small size: 5 Adam steps of each equal the
+    one-device run to 1e-5 relative."""
+    out = run_eight(BENCH)
+    moved = out.pop("moved")
+    assert set(out) == {"replicated", "sharded 2x4", "sharded 8"}
+    for kind, err in out.items():
+        assert err < 1e-5, (kind, err)
+    assert moved > 1e-3  # the runs compared moved their parameters
+
+
+PAGE = r'''
+import os, pathlib, re, sys, tempfile
+docs = pathlib.Path("docs/training")
+blocks = lambda page: re.findall(r"```python\n(.*?)```", (docs / page).read_text(), re.S)
+source = "\n".join(blocks("index.md") + blocks("layouts.md"))
+os.chdir(tempfile.mkdtemp())  # the page saves a file
+exec(compile(source, "docs/training/layouts.md", "exec"), {"__name__": "page"})
+print("RESULT{}")
+'''
+
+
+@pytest.mark.slow  # a subprocess with 8 simulated devices
+def test_the_layouts_page_runs_on_eight_devices():
+    """docs/training/layouts.md's blocks after the training setup, as one program, over 8
+    simulated devices (a 2 × 4 mesh): the page asserts what it claims (the same steps as on one
+    device, at most 1.25 × each device's share of the state, the refusal, the reload)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", PAGE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "{'data': 2, 'model': 4}" in proc.stdout
+    assert "P('model', None)" in proc.stdout  # the first weight split along its 64 outputs

@@ -74,9 +74,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     `on_checkpoint(state)` after each save; `resume_from=path` continues the run saved there
     (if the file exists; else the run starts from `params`). Everything is checked before
     anything is compiled (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`).
-
-    `mesh` splits each batch over a mesh axis; with `layout` (a `Layout`) the parameters and
-    the optimiser state stay partitioned over the mesh by it for the whole run (`train_step`).
+    `mesh` splits each batch over a mesh axis; `layout` (a `Layout`) splits the parameters and
+    optimiser state over it for the whole run (`train_step`).
 
     Examples:
         Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r

@@ -349,19 +349,10 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
     """
     model = _fixed(model)
     opt = _as_optimiser(opt)
-    if layout is not None:
-        _layout_of(layout)
-        if mesh is None:
-            raise KindError("load(layout=) lays the state out over a mesh: pass mesh= too")
-    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-        raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
+    _check_target(mesh, layout)
     meta, tensors = _read(path)
     names = _check_slots(path, meta, model)
-    saved_layout = meta.get("layout")
-    if layout is not None and saved_layout is not None and saved_layout != layout.describe():
-        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved under the layout "
-                                 f"{saved_layout}, not {layout.describe()}: load it with "
-                                 "that layout (or without one, then lay it out anew)")
+    _check_layout(path, meta, layout)
     params = _fill(model.param.zeros(), "params", meta["params"], tensors, "model", path,
                    lambda p: _slot_of(p, names))
     try:
@@ -385,28 +376,52 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
     count, fault = tensors.get("count"), tensors.get("fault")
     if count is None or fault is None or count.shape != () or fault.shape != (3,):
         raise CheckpointError(f"{os.fspath(path)!r} lacks a step count or fault record")
-    key = None
-    if meta["key"] is not None:
-        raw = tensors.get("key")
-        if raw is None:
-            raise CheckpointError(f"{os.fspath(path)!r} lacks its RNG key")
-        key = (jax.random.wrap_key_data(raw, impl=meta["key"][len("typed:"):])
-               if meta["key"].startswith("typed:") else jnp.asarray(raw))
     state = TrainState.of(params, opt_state, int(count), tuple(int(v) for v in fault))
-    if mesh is not None:
-        state = _place(state, model, opt, mesh, layout)
     info = dict(meta)
     info["extra"] = {name: tensors[f"extra.{name}"] for name in meta.get("extra", [])}
-    return Saved(state, key, info)
+    return Saved(_place(state, model, opt, mesh, layout), _key(path, meta, tensors), info)
+
+
+def _key(path, meta, tensors):
+    """The RNG key saved in the file (None if none was)."""
+    if meta["key"] is None:
+        return None
+    raw = tensors.get("key")
+    if raw is None:
+        raise CheckpointError(f"{os.fspath(path)!r} lacks its RNG key")
+    return (jax.random.wrap_key_data(raw, impl=meta["key"][len("typed:"):])
+            if meta["key"].startswith("typed:") else jnp.asarray(raw))
+
+
+def _check_target(mesh, layout) -> None:
+    """`load`'s mesh and layout, if they are ones (a layout only with a mesh)."""
+    if layout is not None:
+        _layout_of(layout)
+        if mesh is None:
+            raise KindError("load(layout=) lays the state out over a mesh: pass mesh= too")
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+        raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
+
+
+def _check_layout(path, meta, layout) -> None:
+    """Refuse a file saved under another layout than `layout` (a file saved without one
+    loads under any)."""
+    saved = meta.get("layout")
+    if layout is not None and saved is not None and saved != layout.describe():
+        raise CheckpointMismatch(f"{os.fspath(path)!r} was saved under the layout {saved}, "
+                                 f"not {layout.describe()}: load it with that layout (or "
+                                 "without one, then lay it out anew)")
 
 
 def _place(state, model, opt, mesh, layout):
     """The state on `mesh`: laid out by `layout` (the optimiser state mirroring the
-    parameters), else replicated."""
+    parameters), else replicated; as it is without a mesh."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     from .step import state_shardings
 
+    if mesh is None:
+        return state
     if layout is None:
         return jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
     template = opt if opt is not None else _Stateless()
