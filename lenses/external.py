@@ -184,7 +184,7 @@ def from_function(f: Callable, params, dom, cod: Space | None = None, name: str 
         if not (hasattr(leaf, "shape") and jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)):
             raise KindError(f"from_function: the parameters must be a pytree of real arrays; "
                             f"leaf {i} is {type(leaf).__name__} {leaf!r}")
-    name = name or getattr(f, "__name__", "f")
+    name = name if name else str(getattr(f, "__name__", "f"))
     return Wrapped(f, [jnp.asarray(v) for v in leaves], treedef, [(i,) for i in range(len(leaves))],
                    _space(dom, "from_function"), cod, name)
 
@@ -207,7 +207,9 @@ def _slots(paths: list, layers: dict) -> tuple:
         unit = (index[where + (w,)],) + ((index[where + (b,)],) if b is not None else ())
         for i in unit:
             owner[i] = (unit, decl)
-    units, declared, done = [], {}, set()
+    units: list = []
+    declared: dict = {}
+    done: set = set()
     for i in range(len(paths)):
         if i in done:
             continue
