@@ -31,8 +31,8 @@ def _prefix_stable(key) -> bool:
     concrete raw key, which the host can read)."""
     return (isinstance(key, jax.Array) and not isinstance(key, jax.core.Tracer)
             and key.dtype == np.uint32 and key.shape == (2,)
-            and jax.config.jax_threefry_partitionable
-            and jax.config.jax_default_prng_impl == "threefry2x32")
+            and jax.config.jax_threefry_partitionable  # type: ignore[attr-defined]  # a run-time flag
+            and jax.config.jax_default_prng_impl == "threefry2x32")  # type: ignore[attr-defined]  # a flag
 
 
 def _padded(n: int) -> int | None:

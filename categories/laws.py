@@ -68,7 +68,7 @@ def assert_close(x, y, atol: float = ATOL, rtol: float = RTOL, what: str = "valu
         raise AssertionError(f"{what}: a {type(x).__name__} is compared with a {type(y).__name__}")
     x, y = unwrap(x), unwrap(y)
     (lx, tx), (ly, ty) = (jax.tree_util.tree_flatten_with_path(t) for t in (x, y))
-    if tx != ty:
+    if tx != ty:  # type: ignore[operator]  # jaxlib's stubs give PyTreeDef == but not !=
         raise AssertionError(
             f"{what}: different structures: {_structure(x)} vs {_structure(y)}")
     for (path, a), (_, b) in zip(lx, ly):

@@ -101,7 +101,7 @@ class _Tangent:
                                                   jax.tree_util.tree_leaves(other.value))
         )
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equality compares arrays
 
     def __repr__(self):
         where = f" on {self.space!r}" if self.space is not None else ""

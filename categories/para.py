@@ -13,7 +13,7 @@ tied, how uses are counted) are written once.
 from __future__ import annotations
 
 import operator
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +41,7 @@ class Para:
 
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
-        self.name = name or getattr(fn, "__name__", "f")
+        self.name: str = name if name else str(getattr(fn, "__name__", "f"))
 
     @property
     def parts(self) -> tuple:
@@ -165,6 +165,7 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
         [3.0, 3.0]
     """
     slots = check_slots(P, slots)
+    assert isinstance(P, Product)  # check_slots refuses any other parameter object
     shared = P.factors[slots[0]]
     for s in slots[1:]:
         if P.factors[s] != shared:
@@ -186,13 +187,13 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
             return tuple(q[where[slots[0]]] if i in slots else q[where[i]]
                          for i in range(len(P.factors)))
 
-    r = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")
-    r.slots = slots  # the checked slots, sorted
-    r.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
+    tied: Any = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")  # + what it ties:
+    tied.slots = slots  # the checked slots, sorted
+    tied.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
     # A left inverse P → Q (keep the first of the tied slots): how a point of P, such as an
     # initial point, gives one of Q.
-    r.section = (lambda p: p[keep[0]]) if len(keep) == 1 else (lambda p: tuple(p[i] for i in keep))
-    return r
+    tied.section = (lambda p: p[keep[0]]) if len(keep) == 1 else (lambda p: tuple(p[i] for i in keep))
+    return tied
 
 
 def para_tie(f, slots: Sequence[int]):
@@ -209,7 +210,7 @@ def para_tie(f, slots: Sequence[int]):
         raise KindError(f"tie needs a parameterised map or lens (with a parameter object), got "
                         f"{type(f).__name__} {f!r}" + ("; for a family of lenses use lenses.tie"
                                                       if callable(getattr(f, "lift", None)) else ""))
-    r = tying_map(f.param, slots)
+    r: Any = tying_map(f.param, slots)  # with the slots it ties
     return f.reparam(r, name=f"tie({f.name}, {r.slots})")
 
 
@@ -234,7 +235,7 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
     # random-number compilation for each new shape.
     q0 = Q.zeros() if euclidean(Q) else Q.sample_interior(key)
     single = one_slot(r)
-    q_factors = (Q,) if single else Q.factors
+    q_factors = (Q,) if single else cast(Product, Q).factors  # not one slot: a product
     counts = []
     for i, F in enumerate(q_factors):
         if F.size == 0:

@@ -229,8 +229,8 @@ def _real_array(a, what: str) -> np.ndarray:
     return arr.astype(float)
 
 
-def _tup(a) -> tuple:
-    """An array as a nested tuple of floats: hashable, compared by value."""
+def _tup(a) -> tuple | float:
+    """An array as a nested tuple of floats (a scalar as a float): hashable, compared by value."""
     return np.asarray(a, dtype=float).tolist() if np.ndim(a) else float(a)
 
 

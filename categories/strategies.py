@@ -21,6 +21,7 @@ vectors, one matrix shape, R^0), which keeps un-jitted JAX quick. Requires `hypo
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -345,22 +346,22 @@ def smooth_maps(draw, dom: Space | None = None, cod: Space | None = None, depth:
             options += ["product"]
         if dom == cod and euclidean(dom):
             options += ["elementwise"]
-        if _binary(dom) and cod in dom.factors:
+        if _binary(dom) and cod in cast(Product, dom).factors:
             options += ["projection"]
     kind = draw(_sampled(tuple(options)))
     if kind == "compose":
         mid = draw(euclidean_spaces(products=False))
         return draw(smooth_maps(dom, mid, depth - 1)) >> draw(smooth_maps(mid, cod, depth - 1))
     if kind == "pair":
-        B, C = cod.factors
+        B, C = cast(Product, cod).factors  # "pair" is drawn only for a binary product
         return pair(draw(smooth_maps(dom, B, depth - 1)), draw(smooth_maps(dom, C, depth - 1)))
     if kind == "product":
-        (A, C), (B, D) = dom.factors, cod.factors
+        (A, C), (B, D) = cast(Product, dom).factors, cast(Product, cod).factors
         return draw(smooth_maps(A, B, depth - 1)) * draw(smooth_maps(C, D, depth - 1))
     if kind == "elementwise":
         return _elementwise(dom, draw(_ACTIVATION_NAMES))
     if kind == "projection":
-        A, B = dom.factors
+        A, B = cast(Product, dom).factors
         which = draw(_sampled(("fst",) * (A == cod) + ("snd",) * (B == cod)))
         return (fst if which == "fst" else snd)(A, B)
     return draw(_layer(dom, cod))

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Smooth, Space, diagonal, pair, projection, smooth_identity
+from categories import Product, Smooth, Space, diagonal, pair, projection, smooth_identity
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
 
@@ -132,7 +133,7 @@ def _path(space: Space, path: str) -> Smooth:
     """The composite of projections picking the factor at `path` (a string of 0/1 digits)."""
     m = smooth_identity(space)
     for d in path:
-        m = m >> projection(m.cod, int(d))
+        m = m >> projection(cast(Product, m.cod), int(d))  # a digit of the path: a product's factor
     return m
 
 

@@ -148,7 +148,7 @@ def _box(name: str, ins: list, outs: list, param: str | None) -> Layout:
     x0 = (w - bw) // 2
     x1, y0 = x0 + bw - 1, top
     y1 = y0 + inner_h + 1
-    items = [Box(x0, y0, x1, y1, name, y0 + 1 + (inner_h - 1) // 2)]
+    items: list = [Box(x0, y0, x1, y1, name, y0 + 1 + (inner_h - 1) // 2)]
     rin, rout = _port_rows(len(ins), y0 + 1, inner_h), _port_rows(len(outs), y0 + 1, inner_h)
     items += [Wire(((0, r), (x0, r))) for r in rin]
     items += [Wire(((x1, r), (w - 1, r))) for r in rout]
@@ -164,7 +164,7 @@ def _node(name: str, ins: list, outs: list) -> Layout:
     w = max(sx + 3, len(name))
     rin, rout = _port_rows(len(ins), 1, 2 * k - 1), _port_rows(len(outs), 1, 2 * k - 1)
     rows = rin + rout
-    items = [Text(sx - len(name) // 2, 0, name, "name")] if name else []
+    items: list = [Text(sx - len(name) // 2, 0, name, "name")] if name else []
     if rows and max(rows) > min(rows):
         items.append(Wire(((sx, min(rows)), (sx, max(rows)))))
     items += [Wire(((0, r), (sx, r))) for r in rin]
@@ -255,10 +255,13 @@ def _piece(pic: picture.Picture) -> Layout:
         return out
     if isinstance(pic, picture.Framed):
         return _frame(_piece(pic.inner), pic.title, repr(pic.param) if _has_params(pic.param) else None)
-    ins, outs = _wire_labels(pic.dom), _wire_labels(pic.cod)
     if isinstance(pic, picture.Dot):
-        return _node(pic.name, ins, outs)
-    return _box(pic.name, ins, outs, repr(pic.param) if _has_params(pic.param) else None)
+        return _node(pic.name, _wire_labels(pic.dom), _wire_labels(pic.cod))
+    if isinstance(pic, picture.Boxed):
+        return _box(pic.name, _wire_labels(pic.dom), _wire_labels(pic.cod),
+                    repr(pic.param) if _has_params(pic.param) else None)
+    raise UnsupportedError(f"no layout for the picture term {type(pic).__name__}: a lens's "
+                           f"picture() is built from lenses.picture's terms")
 
 
 def layout(lens) -> Layout:
@@ -271,7 +274,7 @@ def _lead(labels: list, side: str) -> Layout:
     w = max([len(s) for s in labels] + [0]) + 3
     rows = [2 * i for i in range(len(labels))]
     if side == "in":
-        items = [Text(0, r, s) for r, s in zip(rows, labels)]
+        items: list = [Text(0, r, s) for r, s in zip(rows, labels)]
         items += [Wire(((len(s) + 1, r), (w - 1, r))) for r, s in zip(rows, labels)]
         return Layout(w, max(len(rows) * 2 - 1, 1), [], rows, [], labels, items)
     items = [Text(w - len(s), r, s) for r, s in zip(rows, labels)]
@@ -319,8 +322,8 @@ def render(lay: Layout) -> str:
         if isinstance(item, Text):
             w = max(w, item.x + len(item.s))
     dirs = [[0] * w for _ in range(h)]
-    low = [[None] * w for _ in range(h)]   # frames: drawn under wires
-    high = [[None] * w for _ in range(h)]  # text and node dots: drawn over wires
+    low: list[list[str | None]] = [[None] * w for _ in range(h)]   # frames: drawn under wires
+    high: list[list[str | None]] = [[None] * w for _ in range(h)]  # text and node dots: over wires
     for item in lay.items:
         if isinstance(item, Wire):
             for a, b in zip(item.points, item.points[1:]):

@@ -157,7 +157,8 @@ def dropout(rate: float) -> LensFamily:
             raise SpaceMismatch(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
         A = AK.factors[0]
         lens = Layer(AK, A, R(0), fwd, name=name)
-        lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")
+        # its evaluation form, read by `evaluation` (a dropout is the identity there)
+        lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")  # type: ignore[attr-defined]  # set here
         return lens
 
     return family(make, name)

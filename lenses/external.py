@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from categories import Product, R, Space
-from categories.errors import KindError, MissingExtraError, SpaceMismatch
+from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
 from .para_lens import Affine, Layer, ParaLens, Site
 from . import picture
@@ -184,7 +184,7 @@ def from_function(f: Callable, params, dom, cod: Space | None = None, name: str 
         if not (hasattr(leaf, "shape") and jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)):
             raise KindError(f"from_function: the parameters must be a pytree of real arrays; "
                             f"leaf {i} is {type(leaf).__name__} {leaf!r}")
-    name = name or getattr(f, "__name__", "f")
+    name = name if name else str(getattr(f, "__name__", "f"))
     return Wrapped(f, [jnp.asarray(v) for v in leaves], treedef, [(i,) for i in range(len(leaves))],
                    _space(dom, "from_function"), cod, name)
 
@@ -207,7 +207,9 @@ def _slots(paths: list, layers: dict) -> tuple:
         unit = (index[where + (w,)],) + ((index[where + (b,)],) if b is not None else ())
         for i in unit:
             owner[i] = (unit, decl)
-    units, declared, done = [], {}, set()
+    units: list = []
+    declared: dict = {}
+    done: set = set()
     for i in range(len(paths)):
         if i in done:
             continue
@@ -230,19 +232,39 @@ def _need(module: str, extra: str):
         raise MissingExtraError(f"from_{extra} needs {module}: pip install 'paralens[{extra}]'") from e
 
 
-def from_equinox(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:
+def _declared_dom(module, who: str) -> Space:
+    """The domain a module declares by its input size (Equinox's `in_size` or `in_features`,
+    Flax's `in_features`; "scalar" is R), or a KindError asking for `dom`."""
+    for attr in ("in_size", "in_features"):
+        n = getattr(module, attr, None)
+        if n == "scalar":
+            return R()
+        if isinstance(n, int) and not isinstance(n, bool):
+            return R(n)
+    raise KindError(f"{who}: {type(module).__name__} does not declare its input size "
+                    f"(in_size, in_features): give its domain, e.g. {who}(module, R(3))")
+
+
+def from_equinox(module, dom=None, cod: Space | None = None, name: str | None = None) -> Wrapped:
     """An Equinox module a ↦ module(a) as the lens (P, f, f') : A → B, P its inexact array
-    leaves (each `eqx.nn.Linear` one slot (W, b) declaring `Affine`), the rest fixed.
+    leaves (each `eqx.nn.Linear` one slot (W, b) declaring `Affine`), the rest fixed; A is
+    `dom`, or R^in_size when the module declares it (`eqx.nn.MLP`, `eqx.nn.Linear`).
+
+    A module that draws random numbers (`eqx.nn.Dropout` not in inference mode) or carries
+    state (`eqx.nn.BatchNorm`, anything holding an `eqx.nn.StateIndex`) is refused
+    (`UnsupportedError`): a lens's forward part is a function of the input and the parameters.
 
     Examples:
         >>> import equinox as eqx
-        >>> lens = from_equinox(eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0)), R(2))
+        >>> lens = from_equinox(eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0)))  # dom: R^in_features
         >>> lens, [site.structure for site in lens.sites()]
         (Linear : R^2 → R^1, params R^{1×2}×R^1, [Affine(bias=True, transposed=False)])
     """
     eqx = _need("equinox", "equinox")
     if not isinstance(module, eqx.Module):
         raise KindError(f"from_equinox needs an equinox.Module, got {type(module).__name__}")
+    _refuse_equinox_state(eqx, module)
+    dom = _declared_dom(module, "from_equinox") if dom is None else dom
     params, static = eqx.partition(module, eqx.is_inexact_array)
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     paths, leaves = [_keys(p) for p, _ in flat], [v for _, v in flat]
@@ -273,6 +295,24 @@ def from_equinox(module, dom, cod: Space | None = None, name: str | None = None)
     return Wrapped(lambda tree, a: combine(tree)(a), leaves, treedef, units,
                    _space(dom, "from_equinox"), cod, name or type(module).__name__,
                    declared, tap, combine, "equinox")
+
+
+def _refuse_equinox_state(eqx, module) -> None:
+    stateful = (eqx.nn.Dropout, eqx.nn.StateIndex)
+    for node in jax.tree_util.tree_leaves(module, is_leaf=lambda x: isinstance(x, stateful)):
+        if isinstance(node, eqx.nn.Dropout) and not node.inference and node.p > 0:
+            raise UnsupportedError(
+                "from_equinox: the module holds an eqx.nn.Dropout that draws random numbers "
+                "(not in inference mode); a lens's forward part is a function of the input and "
+                "the parameters: pass eqx.nn.inference_mode(module), or a module without dropout")
+        if isinstance(node, eqx.nn.StateIndex):
+            raise UnsupportedError(
+                "from_equinox: the module carries state (an eqx.nn.StateIndex: eqx.nn.BatchNorm, "
+                "SpectralNorm, ...), so its call takes and returns an eqx.nn.State; a lens's "
+                "forward part is a function of the input and the parameters: make the state "
+                "fixed with from_function(lambda params, x: eqx.combine(params, static)(x, state)[0], "
+                "params, dom), where params, static = eqx.partition(eqx.nn.inference_mode(module), "
+                "eqx.is_inexact_array)")
 
 
 def _layer_path(unit, paths):
@@ -321,22 +361,36 @@ def _back(lens, p, framework: str, who: str):
 
 # -- Flax NNX --------------------------------------------------------------------------------
 
-def from_flax(module, dom, cod: Space | None = None, name: str | None = None) -> Wrapped:
+def from_flax(module, dom=None, cod: Space | None = None, name: str | None = None) -> Wrapped:
     """A Flax NNX module a ↦ module(a) as the lens (P, f, f') : A → B, P its `nnx.Param` state
     (each `nnx.Linear` one slot (kernel, bias) declaring `Affine(transposed=True)`); the rest
-    of its state fixed as it is now.
+    of its state fixed as it is now; A is `dom`, or R^in_features when the module declares it.
+
+    A module in training mode that draws random numbers (`nnx.Dropout`) or updates its state
+    (`nnx.BatchNorm` with batch statistics) is refused (`UnsupportedError`): call
+    `module.eval()` first; its running statistics are then part of the fixed state.
 
     Examples:
         Flax stores the kernel transposed (in × out), and the slot declares it:
 
         >>> from flax import nnx
-        >>> lens = from_flax(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), R(2))
+        >>> lens = from_flax(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))  # dom: R^in_features
         >>> lens, [site.structure for site in lens.sites()]
         (Linear : R^2 → R^1, params R^{2×1}×R^1, [Affine(bias=True, transposed=True)])
     """
     nnx = _need("flax.nnx", "flax")
     if not isinstance(module, nnx.Module):
         raise KindError(f"from_flax needs a flax.nnx.Module, got {type(module).__name__}")
+    for _, node in nnx.iter_graph(module):
+        drawing = isinstance(node, nnx.Dropout) and not node.deterministic and node.rate > 0
+        updating = isinstance(node, nnx.BatchNorm) and not node.use_running_average
+        if drawing or updating:
+            raise UnsupportedError(
+                f"from_flax: the module holds an nnx.{type(node).__name__} in training mode "
+                f"({'it draws random numbers' if drawing else 'it updates its batch statistics'}); "
+                "a lens's forward part is a function of the input and the parameters: call "
+                "module.eval() first (its running statistics then stay fixed)")
+    dom = _declared_dom(module, "from_flax") if dom is None else dom
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     # a leaf's path ends with the Variable's `value`: the parameter's own path is the rest

@@ -35,7 +35,7 @@ class LensFamily:
     def __init__(self, make: Callable[[Space], object], name: str, smooth: bool = True,
                  endo: bool = False):
         self._make, self.name, self.smooth, self.endo = make, name, bool(smooth), bool(endo)
-        self._members = {}
+        self._members: dict = {}
 
     def at(self, A: Space):
         """The member with domain A."""

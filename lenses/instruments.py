@@ -248,7 +248,7 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
     space = _space_of(space, ctx, "check_metric")
     points = ls.parameter_points(space) if points is None else points
 
-    matrices = []  # the points where the dense matrix was checked (the first few suffice)
+    matrices: list = []  # the points where the dense matrix was checked (the first few suffice)
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False)

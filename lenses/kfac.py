@@ -424,7 +424,8 @@ class KFAC(_DataMetric):
         # Built with numpy (no compilation per shape; also under `eval_shape`).
         zeros = lambda *shape: jnp.asarray(np.zeros(shape, dtype))  # noqa: E731
         eye = lambda n: jnp.asarray(np.eye(n, dtype=dtype))  # noqa: E731
-        factors, eig = [], []
+        factors: list = []
+        eig: list = []
         for site in self._layout(self.model):
             kind = _kind(site)
             if kind is None:

@@ -456,7 +456,7 @@ class CallableFamily(LossFamily):
     def __init__(self, fn: Callable):
         self.fn = fn
         self.name = getattr(fn, "__name__", None) or repr(fn)
-        self._spaces = {}  # (target shape, dtype) ↦ output space, so fn runs once per shape
+        self._spaces: dict = {}  # (target shape, dtype) ↦ output space, so fn runs once per shape
 
     def _loss(self, y):
         L = self.fn(y)

@@ -511,7 +511,7 @@ class Layer(ParaLens):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
         self.dom, self.cod, self.param = dom, cod, param
         self._forward, self._backward, self._init = forward, backward, init
-        self.name = name or getattr(forward, "__name__", "f")
+        self.name = name if name else str(getattr(forward, "__name__", "f"))
         self.smooth, self.structure, self.node = bool(smooth), structure, node
         if check:
             self._check_forward_shape()

@@ -42,7 +42,7 @@ from categories import strategies as cs
 from . import layers
 from .lens import lens_of
 from .losses import binary_cross_entropy, half_squared_error, softmax_cross_entropy
-from .para_lens import ParaLens, tie
+from .para_lens import Layer, ParaLens, tie
 from .structure import add, copy
 from categories.errors import UnsupportedError
 
@@ -110,11 +110,11 @@ def _block(kind: str, n: int, m: int, act: str):
     # parallel: copy ≫ (dense ⊗ (dense ≫ act)) ≫ add
     lens = copy(R(n)) >> (layers.dense(n, m) @ (layers.dense(n, m) >> layer)) >> add(R(m))
 
-    def ref(x, s):  # s = (Wb1, (Wb2, None))
+    def both(x, s):  # s = (Wb1, (Wb2, None))
         Wb1, (Wb2, _) = s
         return _dense_ref(x, Wb1) + g(_dense_ref(x, Wb2))
 
-    return lens, (None, ref, None), f"copy ≫ (dense({n}→{m}) ⊗ (dense({n}→{m}) ≫ {act})) ≫ add"
+    return lens, (None, both, None), f"copy ≫ (dense({n}→{m}) ⊗ (dense({n}→{m}) ≫ {act})) ≫ add"
 
 
 @functools.lru_cache(maxsize=None)
@@ -318,7 +318,7 @@ def para_lenses(draw, dom: Space | None = None, cod: Space | None = None,
     param = draw(st.sampled_from(PARAMS)) if param is None else param
     g = draw(affine_maps(dom * param, cod))
     fn = g.fn
-    return ParaLens(dom, cod, param, lambda a, p: fn((a, p)), name=f"lens({g.name})")
+    return Layer(dom, cod, param, lambda a, p: fn((a, p)), name=f"lens({g.name})")
 
 
 @st.composite

@@ -203,3 +203,45 @@ def test_flax_model_composed_with_dense_trains_with_fit_as_jax_grad_of_the_compo
     trained = to_flax(lens, state.params[0])
     assert_close(trained(X), jax.vmap(lambda x: lens.forward(x, state.params[0]))(X),
                  what="predictions of the module given back", **TOL)
+
+
+def test_a_module_that_draws_or_carries_state_is_refused_saying_what_to_do():
+    from lenses import UnsupportedError
+
+    key = jax.random.PRNGKey(0)
+    dropping = eqx.nn.Sequential([eqx.nn.Linear(3, 3, key=key), eqx.nn.Dropout(0.5)])
+    with pytest.raises(UnsupportedError, match=r"eqx\.nn\.inference_mode\(module\)"):
+        from_equinox(dropping, R(3))
+    norm, state = eqx.nn.make_with_state(eqx.nn.BatchNorm)(3, "batch")
+    with pytest.raises(UnsupportedError, match="StateIndex.*from_function"):
+        from_equinox(norm, R(3))
+    for layer in (nnx.Dropout(0.5, rngs=nnx.Rngs(1)), nnx.BatchNorm(3, rngs=nnx.Rngs(0))):
+        module = nnx.Sequential(nnx.Linear(3, 3, rngs=nnx.Rngs(0)), layer)
+        with pytest.raises(UnsupportedError, match=r"module\.eval\(\)"):
+            from_flax(module, R(3))
+
+    # what the messages say to do works: the lens computes what the framework computes
+    x = jnp.array([0.5, -1.0, 2.0])
+    lens = from_equinox(eqx.nn.inference_mode(dropping), R(3))
+    np.testing.assert_allclose(lens(x, lens.init(None)), eqx.nn.inference_mode(dropping)(x), **TOL)
+    params, static = eqx.partition(eqx.nn.inference_mode(norm), eqx.is_inexact_array)
+    lens = from_function(lambda t, a: eqx.combine(t, static)(a, state)[0], params, R(3))
+    np.testing.assert_allclose(lens(x, lens.init(None)),
+                               eqx.nn.inference_mode(norm)(x, state)[0], **TOL)
+    module = nnx.Sequential(nnx.Linear(3, 3, rngs=nnx.Rngs(0)), nnx.Dropout(0.5, rngs=nnx.Rngs(1)),
+                            nnx.BatchNorm(3, rngs=nnx.Rngs(0)))
+    module.eval()
+    lens = from_flax(module, R(3))
+    np.testing.assert_allclose(lens(x, lens.init(None)), module(x), **TOL)
+
+
+def test_the_domain_is_the_input_size_the_module_declares():
+    key = jax.random.PRNGKey(0)
+    assert from_equinox(eqx.nn.MLP(4, 2, 8, 1, key=key)).dom == R(4)
+    assert from_equinox(eqx.nn.Linear(3, 2, key=key)).dom == R(3)
+    assert from_equinox(eqx.nn.Linear("scalar", 2, key=key)).dom == R()
+    assert from_flax(nnx.Linear(5, 2, rngs=nnx.Rngs(0))).dom == R(5)
+    with pytest.raises(KindError, match="does not declare its input size.*R\\(3\\)"):
+        from_flax(FlaxMLP(nnx.Rngs(0)))
+    with pytest.raises(KindError, match="does not declare its input size"):
+        from_equinox(eqx.nn.Sequential([eqx.nn.Lambda(jnp.tanh)]))

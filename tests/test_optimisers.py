@@ -402,6 +402,18 @@ def test_a_learning_rate_schedule_is_a_stateful_part():
     assert_tree_close(a, b, 1e-14)
 
 
+def test_gd_takes_a_schedule_as_adam_does():
+    # gd(schedule) against optax.sgd(schedule): the same iterates, the rate read at each count
+    schedule = optax.linear_schedule(0.1, 0.01, STEPS)
+    opt = gd(schedule)
+    assert isinstance(opt, Optimiser) and opt.init(P0) is not None
+    a, b = trajectories(ours(opt), theirs(optax.sgd(schedule)))
+    assert_tree_close(a, b, 1e-14)
+    a, b = trajectories(ours(gd(schedule, metric=Diagonal(2.0))),
+                        theirs(optax.chain(optax.scale(0.5), optax.sgd(schedule))))
+    assert_tree_close(a, b, 1e-14)
+
+
 def test_every_spelling_of_gd_builds_the_same_map():
     w = Diagonal(2.0)
     expected = jax.tree_util.tree_map(lambda p, gi: p - 0.1 * gi / 2.0, P0, grad(P0))

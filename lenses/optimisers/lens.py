@@ -239,7 +239,7 @@ class Optimiser:
             cov_ok, new_ok = finite_flags(unwrap(p_cov), space), finite_flags(p_new, space)
             if not (bool(jnp.all(cov_ok)) and bool(jnp.all(new_ok))):
                 raise_non_finite(list(cov_ok), list(new_ok), None)
-            if not bool(inside):
+            if not bool(inside) and space is not None:  # without a space every point is inside
                 raise_outside(space, p_new, note=self._note())
         return s_new, p_new
 
@@ -293,7 +293,7 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
     for i, (q, c) in enumerate(slots):
         qs, cs = jax.tree_util.tree_structure(q), jax.tree_util.tree_structure(c)
         where = f"slot {i}" if len(slots) > 1 else "the parameters"
-        if qs != cs:
+        if qs != cs:  # type: ignore[operator]  # jaxlib's stubs give PyTreeDef == but not !=
             raise CovectorError(f"the covector on {where} does not have the structure of the "
                                 f"point: expected {qs}, got {cs}")
         for a, b in zip(jax.tree_util.tree_leaves(q), jax.tree_util.tree_leaves(c)):
@@ -301,7 +301,7 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
                 raise CovectorError(f"the covector on {where} has a leaf of shape "
                                     f"{tuple(jnp.shape(b))} where the point has "
                                     f"{tuple(jnp.shape(a))}")
-    if pt != ct:  # pragma: no cover - caught slot by slot above
+    if pt != ct:  # type: ignore[operator]  # pragma: no cover - caught slot by slot above
         raise CovectorError(f"the covector does not have the structure of the point: {ct} vs {pt}")
 
 

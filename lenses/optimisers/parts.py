@@ -246,7 +246,7 @@ class Sharp(Part):
                 return unwrap(vec), state
             return unwrap(metric.sharp(params, cov, ctx)), state
 
-        init = metric.init_state if stateful else _empty
+        init = metric.init_state if stateful else _empty  # type: ignore[attr-defined]  # a stateful metric's
         # The metric's own values (a damping, a diagonal's weights) are hyperparameters of
         # this part, passed to the compiled step as arguments like the learning rate.
         values = metric.hyper() if isinstance(metric, Metric) else {}

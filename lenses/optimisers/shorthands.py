@@ -17,9 +17,12 @@ from .parts import (check_learning_rate, is_part, scale_by_adagrad, scale_by_ada
                     scale_by_momentum, sharp)
 
 
-def gd(lr: float, metric=None, *, on_domain_error: str = "raise",
-       max_halvings: int = 30) -> Update:
+def gd(lr, metric=None, *, on_domain_error: str = "raise",
+       max_halvings: int = 30) -> Update | Optimiser:
     """Gradient descent p ← p − η (p')♯: chain(sharp(metric), scale_by_learning_rate(lr)).
+
+    A fixed rate gives the plain update u (no state); a schedule (a callable count ↦ rate, as
+    in optax, and as `adam` takes) gives that chain, whose state is the step count.
 
     Examples:
         >>> u = gd(0.1)
@@ -28,8 +31,16 @@ def gd(lr: float, metric=None, *, on_domain_error: str = "raise",
         [0.9 2.1]
         >>> print(np.round(gd(0.1, metric=Diagonal(2.0))(p, Covector(jnp.array([1.0, -1.0]))), 4))
         [0.95 2.05]
+        >>> opt = gd(lambda count: 0.1 / (1 + count))                 # a schedule: 0.1, 0.05, ...
+        >>> s, q = opt.step(opt.init(p), p, Covector(jnp.array([1.0, -1.0])))
+        >>> s, q = opt.step(s, q, Covector(jnp.array([1.0, -1.0])))
+        >>> print(np.round(q, 4))
+        [0.85 2.15]
     """
     check_learning_rate(lr)  # the learning rate is checked first: gd(lr, metric) names it first
+    if callable(lr):  # a schedule reads the step count: state, which u has not
+        return chain(sharp(metric), scale_by_learning_rate(lr), on_domain_error=on_domain_error,
+                     max_halvings=max_halvings, name="gd")
     return Update(metric, lr, on_domain_error, max_halvings)
 
 

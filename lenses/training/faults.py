@@ -11,6 +11,7 @@ back on the host into the catalogued error.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -95,6 +96,7 @@ def fault_error(state, record, names=None, note: str = "", spaces=None):
     kind, step, slot = (int(v) for v in np.asarray(record))
     kind = Fault(kind)
     name = names[slot] if names is not None and slot < len(names) else f"slot {slot}"
+    error: Any  # one of three errors of the catalogue, given the fault's attributes below
     if kind is Fault.TARGET:
         error = TargetError(f"step {step}: the target of example {slot} of the batch is not one "
                             "the loss family accepts (a class label out of range, a probability "

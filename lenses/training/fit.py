@@ -155,7 +155,7 @@ class _Run:
         try:
             self.state, rows = schedule.settle(pending, self.step._describe)
         except Exception as error:  # noqa: BLE001 - a fault: the history so far travels with it
-            error.history = self.history
+            error.history = self.history  # type: ignore[attr-defined]  # on any error, as documented
             raise
         self.losses.append(rows[:, 0])
         self.taken += len(rows)

@@ -107,7 +107,8 @@ class Report:
     __slots__ = ("_summary", "_host", "_state", "_moves", "_describe")
 
     def __init__(self, summary, state: TrainState, moves: bool, describe=(None, "", None)):
-        self._summary, self._host, self._state = summary, None, state
+        self._summary, self._state = summary, state
+        self._host: np.ndarray | None = None
         self._moves, self._describe = moves, describe
 
     def check(self) -> "Report":

@@ -97,7 +97,7 @@ class TrainStep:
         `steps`, a stack of batches (a leading axis of steps, split along the next)."""
         spec = PartitionSpec() if self.axis is None else \
             PartitionSpec(None, self.axis) if steps else PartitionSpec(self.axis)
-        sharding = NamedSharding(self.mesh, spec)
+        sharding = NamedSharding(self.mesh, spec)  # type: ignore[arg-type]  # only a step with a mesh is asked
         return jax.tree_util.tree_map(
             lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)), local)
 
@@ -136,7 +136,8 @@ class TrainStep:
         except ParalensError:
             raise
         except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing
-            self._diagnose(state, *jax.tree_util.tree_map(lambda a: a[0], (Xs, Ys)), e)
+            X0, Y0 = jax.tree_util.tree_map(lambda a: a[0], (Xs, Ys))  # the first step's batch
+            self._diagnose(state, X0, Y0, e)
             raise
         return new, Report(rows, new, self._core.moves, self._describe)
 
