@@ -138,7 +138,10 @@ def vector_value(vec, who: str = "flat"):
 
 
 def _real_weights(leaf, who: str):
-    """Refuse (`MetricError`) weights that are not real, finite and positive."""
+    """Refuse (`MetricError`) weights that are not real, finite and positive, or whose sharp
+    or flat would overflow: each weight w and 1/w must be normal numbers of the dtype the
+    arithmetic uses (`_arithmetic_dtype`), so 1e-45 in float32 (subnormal, 1/w = inf) and
+    2^1023 in float64 (w·2 = inf) are refused, not turned into infinities."""
     if isinstance(leaf, jax.core.Tracer):
         return
     a = np.asarray(leaf)
@@ -149,6 +152,24 @@ def _real_weights(leaf, who: str):
         i = tuple(int(k) for k in np.argwhere(bad)[0]) if a.ndim else ()
         raise MetricError(f"{who} must be positive finite numbers, got {a[i] if a.ndim else a} "
                           f"at index {i}")
+    dtype = _arithmetic_dtype(leaf)
+    tiny = float(np.finfo(dtype).tiny)
+    out = ~((a >= tiny) & (a <= 1 / tiny))
+    if out.any():
+        i = tuple(int(k) for k in np.argwhere(out)[0]) if a.ndim else ()
+        raise MetricError(f"{who} must lie in [{tiny:.3g}, {1 / tiny:.3g}] in {dtype} (the dtype "
+                          f"the sharp and flat compute in), so that w and 1/w are normal "
+                          f"numbers: got {a[i] if a.ndim else a} at index {i}; rescale the "
+                          f"weights (or enable float64)")
+
+
+def _arithmetic_dtype(leaf) -> np.dtype:
+    """The float dtype JAX computes with `leaf` in: its own float dtype as JAX holds it
+    (float64 becomes float32 unless x64 is enabled), else JAX's default float."""
+    kind = np.asarray(leaf).dtype
+    if isinstance(leaf, (np.ndarray, np.generic, jax.Array)) and kind.kind == "f":
+        return np.dtype(jax.dtypes.canonicalize_dtype(kind))
+    return np.dtype(jnp.result_type(float))
 
 
 def _space_of(x, default=None):

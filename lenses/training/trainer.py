@@ -187,12 +187,15 @@ _DEVICE_ARRAY = type(jnp.zeros(()))  # JAX's array class (an exact type test is 
 
 
 def _own(batch):
-    """A numpy batch copied: on the CPU, JAX may read a numpy argument's memory in place while
+    """A numpy batch copied, whatever its ndarray subclass (an `np.memmap` a data loader hands
+    out, a user's subclass): on the CPU, JAX may read a numpy argument's memory in place while
     the step runs, after the call has returned, and a buffer the caller refills for the next
-    step would then change this one. The step reads the batch as it was at the call."""
+    step would then change this one. The step reads the batch as it was at the call. (The copy
+    costs about 2 µs for a 32×4 batch; `np.array` makes a plain ndarray of any subclass.)"""
     if type(batch) is _DEVICE_ARRAY:  # the common case, without walking a tree of one leaf
         return batch
-    return jax.tree_util.tree_map(lambda a: a.copy() if type(a) is np.ndarray else a, batch)
+    return jax.tree_util.tree_map(lambda a: np.array(a) if isinstance(a, np.ndarray) else a,
+                                  batch)
 
 
 def _rows(batch) -> int:
