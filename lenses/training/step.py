@@ -116,6 +116,8 @@ class StepCore:
         p_eval = opt.lookahead(state.opt_state, state.params, space)
         if self.mesh is None or self.layout is not None:  # a layout: GSPMD adds the covectors
             loss, cov = self._covectors(p_eval, X, Y, self.reduction)
+            if self.state_shardings is not None:  # each covector split as its slot's point
+                cov = jax.lax.with_sharding_constraint(cov, self.state_shardings.params)
         else:
             loss, cov = self._sharded_covectors(p_eval, X, Y)
         ctx = Context(self.model, self.family, X, Y, self.reduction)
