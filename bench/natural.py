@@ -257,6 +257,7 @@ def main(argv=None):
     ap.add_argument("--max-steps", type=int, default=300)
     ap.add_argument("--decay", type=float, default=0.95)
     args = ap.parse_args(argv)
+    began = time.perf_counter()
 
     X, Y = digits()
     net = network()
@@ -309,12 +310,15 @@ def main(argv=None):
         print(f"\n{kind}: " + ", ".join(f"{k[0] if k[0] is not None else k[1]}: "
                                         f"{'—' if v is None else v}"
                                         for k, v in tables[kind].items()))
-    for kind in ("kfac", "kfac-jax"):
+    axes = {"kfac": (LRS, DAMPINGS), "kfac-jax": (LRS, DAMPINGS),
+            "kfac adaptive": (None, DAMPINGS), "kfac-jax adaptive": (None, DAMPINGS),
+            "adam": (ADAM_LRS, None)}
+    for kind, (lrs, dampings) in axes.items():
         lr, d, period = chosen[kind]
-        edge = [name for name, v, axis in (("lr", lr, LRS), ("damping", d, DAMPINGS))
-                if v in (axis[0], axis[-1])]
+        edge = [name for name, v, axis in (("lr", lr, lrs), ("damping", d, dampings))
+                if axis is not None and v in (axis[0], axis[-1])]
         print(f"{kind} chosen: lr {lr}, damping {d}, inverse period {period}; "
-              + (f"on the grid's edge in {', '.join(edge)}" if edge else "interior in lr and damping"))
+              + (f"on the grid's edge in {', '.join(edge)}" if edge else "interior"))
 
     # every seed, each method at its chosen setting
     per_seed = {kind: [steps_to(*count(kind, p0, *chosen[kind]), args.target, args.max_steps)
@@ -351,15 +355,18 @@ def main(argv=None):
           f"CPU time per step over {args.repeats} interleaved rounds of {args.timed_steps} steps, "
           f"one XLA thread; load average (1, 5, 15 min) {load} before, {load_after} after\n")
     print("| method | setting (lr, damping, inverse period) | steps to target, median [min–max] "
-          "| CPU ms / step, median [min–max] |")
-    print("|---|---|---|---|")
+          "| CPU ms / step, median [min–max] | CPU ms to target (median steps × median ms) |")
+    print("|---|---|---|---|---|")
     for kind in grids:
         lr, d, period = chosen[kind]
         setting = ", ".join(str(v) for v in (lr if lr is not None else "adaptive", d, period)
                             if v is not None)
         ms = [1e3 * t for t in times[kind]]
+        steps = [v for v in per_seed[kind] if v is not None]
+        total = f"{statistics.median(steps) * statistics.median(ms):.0f}" if steps else "—"
         print(f"| {kind} | {setting} | {span(per_seed[kind])} | "
-              f"{statistics.median(ms):.2f} [{min(ms):.2f}–{max(ms):.2f}] |")
+              f"{statistics.median(ms):.2f} [{min(ms):.2f}–{max(ms):.2f}] | {total} |")
+    print(f"\n(the whole run: {time.perf_counter() - began:.0f} s)")
 
 
 if __name__ == "__main__":
