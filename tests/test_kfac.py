@@ -239,10 +239,12 @@ def test_rescaled_step_minimises_the_exact_fisher_quadratic_model(dtype, rtol):
             np.testing.assert_allclose(got, [alpha, mu], rtol=rtol)
             assert abs(mu) > 1e-3  # the momentum term is really there
         delta = alpha * Delta + mu * d0
-        np.testing.assert_allclose(-flat(v.value), delta, rtol=rtol, atol=rtol * 1e-2 * np.abs(delta).max())
+        np.testing.assert_allclose(-flat(v.value), delta, rtol=rtol,
+                                   atol=rtol * 1e-2 * np.abs(delta).max())
         # ρ on this step's batch, for this step
         model_change = 0.5 * delta @ C @ delta + g @ delta
-        moved = jax.tree_util.tree_map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), q, v.value)
+        moved = jax.tree_util.tree_map(
+            lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), q, v.value)
         rho = (h64(moved, x, y) - h64(q, x, y)) / model_change
         expected = lam * omega if rho > 0.75 else lam / omega if rho < 0.25 else lam
         assert min(abs(rho - 0.75), abs(rho - 0.25)) > 0.01  # not on a threshold
