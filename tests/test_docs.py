@@ -160,8 +160,7 @@ README_BLOCKS = _blocks((ROOT / "README.md").read_text())
 
 @pytest.mark.parametrize("i", [
     pytest.param(0, id="quick-start"),
-    pytest.param(1, id="equinox-kfac", marks=pytest.mark.xfail(
-        strict=False, reason="K-FAC defaults fixed on the kfac branch")),
+    pytest.param(1, id="equinox-kfac"),
 ])
 def test_readme_block_runs(i, tmp_path, monkeypatch):
     """Each python block of the README, on its own (each is written to be pasted alone)."""
