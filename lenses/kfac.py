@@ -156,8 +156,7 @@ class KFAC(_DataMetric):
       C the exact curvature matching `curvature` (the Fisher, the Gauss–Newton matrix or the
       empirical Fisher; "sampled" uses the Fisher), applied matrix-free by one linearisation
       of the network: the 2×2 system
-          [ΔᵀCΔ+λΔᵀΔ    ΔᵀCδ₀+λΔᵀδ₀ ] [α]     [∇hᵀΔ ]
-          [δ₀ᵀCΔ+λδ₀ᵀΔ  δ₀ᵀCδ₀+λδ₀ᵀδ₀] [μ] = − [∇hᵀδ₀],
+          `((ΔᵀCΔ+λΔᵀΔ, ΔᵀCδ₀+λΔᵀδ₀), (δ₀ᵀCΔ+λδ₀ᵀΔ, δ₀ᵀCδ₀+λδ₀ᵀδ₀)) (α, μ)ᵀ = −(∇hᵀΔ, ∇hᵀδ₀)ᵀ`,
       or α = −∇hᵀΔ / (Δᵀ(C + λI)Δ), μ = 0 when the matrix is singular (δ₀ = 0, or δ₀ ∥ Δ).
       The sharp part returns −δ, so `gd(1.0, ...)` takes the paper's step δ (another learning
       rate scales it). ∇h is the covector being sharpened (the batch gradient, as the

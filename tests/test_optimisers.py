@@ -459,7 +459,6 @@ def test_hyperparameters_are_checked_at_construction(build, message):
     (lambda: chain(sharp(), 3), r"part 1 \(3\) is not a part"),
     (lambda: chain(), r"at least its first part"),
     (lambda: sharp(object()), r"sharp needs an inner product"),
-    (lambda: gd(lambda count: 0.1), r"fixed learning rate"),
     (lambda: gd(0.1, 0.2), r"sharp needs an inner product"),  # a number where the metric goes
 ])
 def test_what_is_not_an_optimiser_part_is_refused(build, message):
