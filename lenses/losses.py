@@ -572,6 +572,9 @@ def dL(loss: Smooth, c) -> Covector:
     if not isinstance(loss, Smooth) or loss.cod != R():
         raise KindError(f"dL needs a loss C → R (e.g. half_squared_error(y)), got {loss!r}")
     loss.dom.check(c, f"the output given to dL of {loss.name}")
+    if not jnp.issubdtype(jnp.result_type(c), jnp.inexact):
+        # an integer-valued output is a point of C like any other: differentiated in floats
+        c = jnp.asarray(c, jnp.result_type(float))
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
 
