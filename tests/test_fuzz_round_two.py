@@ -19,7 +19,7 @@ from lenses import (Fault, NonFiniteError, dL, dense, epoch_order, fit, gd, line
 from lenses import (BoxBarrier, LogBarrier, ParalensError, Poincare, Tokens, batched, dropout,
                     embedding, gru_cell, layer_norm, multi_head_attention, rnn_cell,
                     softmax_cross_entropy, half_squared_error, transformer_block, unroll)
-from lenses.losses import batch_loss
+from lenses.losses import LossFamily, batch_loss
 from lenses.metrics import Constant, Diagonal, Euclidean
 from lenses.sequence import positionwise_dense
 
@@ -404,3 +404,28 @@ def test_a_fault_is_raised_to_a_reader_of_parameters_through_check_and_by_fit():
     with pytest.raises(NonFiniteError):
         fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=1, batch_size=4, key=0,
             progress=False)
+
+
+class _Declared(LossFamily):
+    """A user's family whose output_space returns `space` (drawn: a Space or not)."""
+
+    def __init__(self, space):
+        self.space = space
+
+    def value(self, c, y):
+        return jnp.sum((c - y) ** 2)
+
+    def output_space(self, y):
+        return self.space
+
+
+@FUZZ
+@given(st.one_of(JUNK, st.sampled_from([R(2), R(3), (2,), [2]])))
+@example((2,))  # an AttributeError deep in the batch loss before
+def test_a_loss_family_must_declare_a_space(space):
+    """Accepted: a Space of the targets' shape (2,); refused, by a catalogued error, else."""
+    family = _Declared(space)
+    got = _refused_or(lambda: batch_loss(family, np.ones((3, 2)))(np.zeros((3, 2))))
+    assert (got is not None) == (space == R(2)), space
+    if got is not None:
+        assert float(got) == 6.0  # Σ over 3 examples of |0 − 1|² over 2 coordinates
