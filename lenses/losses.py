@@ -201,6 +201,21 @@ class LossFamily:
             raise KindError(f"the loss family {self!r} declares the outputs of a target of shape "
                             f"{tuple(y.shape)} to lie in {space!r}, which is not a Space: its "
                             f"output_space(y) must return a Space, e.g. R(*y.shape)")
+        # the declaration agrees with the value: L_y is defined on it and real-valued (shapes
+        # only, traced once per target shape and dtype)
+        try:
+            out = jax.eval_shape(self.value, jax.ShapeDtypeStruct(space.shape,
+                                                                  jnp.result_type(float)), y)
+            why = None if getattr(out, "shape", None) == () else f"a value of shape {out.shape}"
+        except ParalensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's value function, re-raised as ours
+            why = f"{type(e).__name__}: {e}"
+        if why:
+            raise KindError(f"the loss family {self!r} declares outputs in {space!r} for a "
+                            f"target of shape {tuple(y.shape)}, but its value(c, y) at such an "
+                            f"output gives {why}: output_space(y) must be the space of the "
+                            f"outputs value(c, y) takes, and the value a scalar")
         return space
 
     # -- value semantics -------------------------------------------------------------------
@@ -331,7 +346,12 @@ class SoftmaxCrossEntropy(LossFamily):
     def value(self, c, y):
         logp = jax.nn.log_softmax(c, axis=-1)
         if jnp.ndim(y) == 0:  # a class label
-            return -logp[y]
+            # A label outside 0 … k−1 gives NaN, value and covector, where JAX's indexing would
+            # clamp it to a class: unseen by `targets_ok` (a user's family wrapping this one),
+            # the step is then refused for its NaN covector. ×1 leaves valid labels' bits.
+            k = c.shape[-1]
+            inside = (y >= 0) & (y < k)
+            return -logp[jnp.clip(y, 0, k - 1)] * jnp.where(inside, 1.0, jnp.nan).astype(logp.dtype)
         return -jnp.sum(y * logp)
 
     def output_space(self, y):

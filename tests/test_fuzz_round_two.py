@@ -14,8 +14,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from categories import Covector, OpenBall, OpenBox, Positive, R, Smooth, Vector
-from lenses import (Fault, NonFiniteError, dL, dense, epoch_order, fit, gd, linear, tie,
-                    train_step)
+from lenses import (Fault, NonFiniteError, dL, dense, epoch_order, fit, gd, linear, loss_family,
+                    tie, train_step)
 from lenses import (BoxBarrier, LogBarrier, ParalensError, Poincare, Tokens, batched, dropout,
                     embedding, gru_cell, layer_norm, multi_head_attention, rnn_cell,
                     softmax_cross_entropy, half_squared_error, transformer_block, unroll)
@@ -429,3 +429,25 @@ def test_a_loss_family_must_declare_a_space(space):
     assert (got is not None) == (space == R(2)), space
     if got is not None:
         assert float(got) == 6.0  # Σ over 3 examples of |0 − 1|² over 2 coordinates
+
+
+@FUZZ
+@given(st.integers(-3, 6))
+@example(7 - 4)  # the label 3 of 3 classes: trained on as class 2 before
+def test_a_user_family_wrapping_softmax_cross_entropy_refuses_labels_out_of_range(label):
+    """Inside a compiled step a user's family cannot be asked about its targets; the label's
+    loss is NaN, value and covector, so the step is refused (for a label in range: the
+    covector softmax(z) − onehot(y) of the composite, by numpy)."""
+    family = loss_family(lambda y: softmax_cross_entropy(classes=3)(y))
+    model = dense(2, 3)
+    p = (jnp.zeros((3, 2)), jnp.array([1.0, 0.0, -1.0]))
+    step = train_step(model, family, gd(1.0))
+    state, report = step(step.init(p), np.zeros((1, 2)), np.array([label], np.int32))
+    if 0 <= label < 3:
+        z = np.array([1.0, 0.0, -1.0])
+        pi = np.exp(z - np.logaddexp.reduce(z))
+        np.testing.assert_allclose(state.params[1], z - (pi - np.eye(3)[label]), rtol=1e-6)
+    else:
+        with pytest.raises(NonFiniteError):
+            report.check()
+        assert np.array_equal(state.params[1], p[1])
