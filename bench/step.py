@@ -15,7 +15,8 @@ XLA compile) is reported apart from step time.
 
 A second table times the loops a user runs, over 64 batches, in wall-clock time with each
 library's default threads: the `train_step` loop reading its loss at the end and reading it
-every step, each against the hand-written jitted JAX loop doing the same reads; the
+every step, and given numpy batches (as a data loader yields them) read at the end, each
+against the hand-written jitted JAX loop doing the same reads on the same arrays; the
 multi-step call `step.run` over the epoch's stacked batches; `fit` (per step, from 6 epochs
 minus 1 with a fresh but equal optimiser in each call, so that compilation cancels; the
 median of 3 such pairs per repeat); the hand-written JAX step as one `lax.scan` over the
@@ -350,10 +351,13 @@ def loop_worker(cfg):
     Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
           for y in Yb]
 
-    def hand_loop(read):
+    # the same batches as numpy arrays, as a data loader yields them (each call transfers them)
+    Xh, Yh = [np.asarray(x) for x in Xb], [np.asarray(y) for y in Yb]
+
+    def hand_loop(read, Xs=Xb, Ys=Yb):
         def loop():
             p = box["jax"]
-            for x, y in zip(Xb, Yb):
+            for x, y in zip(Xs, Ys):
                 p, v = jx(p, x, y)
                 if read:
                     float(v)  # what a logger or a progress bar does
@@ -365,10 +369,10 @@ def loop_worker(cfg):
         box["scan"], v = scan(box["scan"], XS, YS)
         np.asarray(v)
 
-    def ts_loop(read):
+    def ts_loop(read, Xs=Xb, Ys=Yb):
         def loop():
             state = box["ts"]
-            for x, y in zip(Xb, Yb):
+            for x, y in zip(Xs, Ys):
                 state, report = ts(state, x, y)
                 if read:
                     float(report.loss)
@@ -386,6 +390,8 @@ def loop_worker(cfg):
     fns = {"jax loop, read at end": hand_loop(False), "train_step, read at end": ts_loop(False),
            "jax loop, read every step": hand_loop(True),
            "train_step, read every step": ts_loop(True),
+           "train_step, numpy batches": ts_loop(False, Xh, Yh),
+           "jax loop, numpy batches": hand_loop(False, Xh, Yh),
            "jax scan": hand_scan, "run": ts_run, "torch loop": torch_loop}
     for f in fns.values():
         f()  # compile and warm up
@@ -419,7 +425,8 @@ def loop_worker(cfg):
 
 
 LOOP_COLUMNS = ["train_step, read at end", "jax loop, read at end", "train_step, read every step",
-                "jax loop, read every step", "run", "fit", "jax scan", "torch loop"]
+                "jax loop, read every step", "train_step, numpy batches", "jax loop, numpy batches",
+                "run", "fit", "jax scan", "torch loop"]
 
 
 def wall_clock_runs(args, mode: str):
@@ -448,6 +455,7 @@ def loop_table(args):
         rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
         ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
                               pair("train_step, read every step", "jax loop, read every step"),
+                              pair("train_step, numpy batches", "jax loop, numpy batches"),
                               pair("run", "jax loop, read at end"),
                               fit_ratio("jax loop, read at end"), pair("run", "jax scan"),
                               fit_ratio("jax scan"),
@@ -455,7 +463,7 @@ def loop_table(args):
     print(C.table(["network", "loss"] + [f"{k} µs" for k in LOOP_COLUMNS], rows))
     print()
     print(C.table(["network", "loss", "calls/JAX (read at end)", "calls/JAX (read every step)",
-                   "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
+                   "calls/JAX (numpy batches, read at end)", "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
                    "compilations, sweep of 5 rates"], ratios))
 
 

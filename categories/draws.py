@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import KindError
+
 #: Counts up to this are rounded up to a power of 16 (beyond, the padding's arithmetic and
 #: memory would outweigh a compilation).
 LARGEST_PADDED = 1 << 16
@@ -45,12 +47,25 @@ def _padded(n: int) -> int | None:
     return m
 
 
+def need_key(key, who: str = "init") -> None:
+    """Refuse (`KindError`) what is not a PRNG key: a typed key, or raw uint32 key data."""
+    if isinstance(key, jax.core.Tracer):
+        return
+    if isinstance(key, (jax.Array, np.ndarray)) and (
+            jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+            or (key.dtype == np.uint32 and key.ndim >= 1)):
+        return
+    raise KindError(f"{who} needs a PRNG key, got {type(key).__name__} {key!r:.60}: pass "
+                    f"jax.random.PRNGKey(0) or jax.random.key(0), not a seed")
+
+
 def normal(key, shape: tuple):
     """`jax.random.normal(key, shape)`, bit for bit.
 
     Only the draw itself is padded: arithmetic on it belongs to the caller, on the drawn
     shape (XLA's float32 division, for one, rounds differently in vector lanes than in the
     rest, so the same quotient computed over a padded array may differ in its last bit)."""
+    need_key(key)
     n = math.prod(shape)
     m = _padded(n)
     if m is None or not _prefix_stable(key):
@@ -60,6 +75,7 @@ def normal(key, shape: tuple):
 
 def split(key, n: int) -> list:
     """The keys of `jax.random.split(key, n)`, bit for bit, as a list of n keys."""
+    need_key(key)
     m = _padded(n)
     if m is None or not _prefix_stable(key):
         return list(jax.random.split(key, n))

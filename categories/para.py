@@ -130,8 +130,11 @@ def check_slots(P: Space, slots) -> list:
     not a product)."""
     if not isinstance(P, Product):
         raise SpaceMismatch(f"weight tying needs a product parameter object, got {P!r}")
-    if isinstance(slots, (str, bytes)) or not hasattr(slots, "__iter__"):
-        raise SlotError(f"tie needs a sequence of slot indices, got {slots!r}")
+    # a mapping or a set iterates (its keys) but is not the documented list of slots
+    if isinstance(slots, (str, bytes, dict, set, frozenset)) or not hasattr(slots, "__iter__") \
+            or hasattr(slots, "keys"):
+        raise SlotError(f"tie needs a list of slot indices (e.g. [0, 2]), got "
+                        f"{type(slots).__name__} {slots!r}: pass the slots to share as a list")
     n, out = len(P.factors), []
     for s in slots:
         if isinstance(s, (bool, np.bool_)):

@@ -49,6 +49,9 @@ class Smooth:
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
         if not isinstance(dom, Space) or not isinstance(cod, Space):
             raise KindError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
+        if not callable(fn):
+            raise KindError(f"Smooth({dom!r}, {cod!r}, fn): fn must be a function of one point, "
+                            f"got {type(fn).__name__} {fn!r}: pass e.g. lambda x: ...")
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
         self._check = check
@@ -57,12 +60,7 @@ class Smooth:
         if not self._check:
             return self.fn(x)
         self.dom.check(x, f"the argument of {self.name}")
-        y = self.fn(x)
-        why = _lands(self.cod, y)
-        if why:
-            raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
-                                f"codomain: {why}")
-        return y
+        return self._landed(x)
 
     # -- composition (the one definition of ≫ in this category) -----------------------------
     def __rshift__(self, other: "Smooth") -> "Smooth":
@@ -70,8 +68,20 @@ class Smooth:
             return NotImplemented
         check_composable(self, other)
         f, g = self.fn, other.fn
+        if self._check:  # what f gives g is checked against f's codomain (static: once a trace)
+            f = self._landed
         return Smooth(self.dom, other.cod, lambda x: g(f(x)), f"{self.name} ≫ {other.name}",
                       check=self._check)
+
+    def _landed(self, x):
+        """fn(x), if it has the structure and shapes of a point of the codomain, else
+        `SpaceMismatch` (shapes are static: checked once per trace under jit)."""
+        y = self.fn(x)
+        why = _lands(self.cod, y)
+        if why:
+            raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
+                                f"codomain: {why}")
+        return y
 
     def __mul__(self, other: "Smooth") -> "Smooth":
         """f × g : A × C → B × D, (a, c) ↦ (f a, g c)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -30,7 +31,8 @@ from categories.errors import (HyperparameterError, ParalensError, KindError, Sh
                                TargetTypeError, UnsupportedError)
 
 _MISSING = object()
-_SPACES: dict = {}  # (family, target shape, dtype) ↦ output space
+# family ↦ {(target shape, dtype) ↦ output space}: held weakly, so a user's family is freed
+_SPACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _concrete(x) -> bool:
@@ -151,7 +153,7 @@ class LossFamily:
         y = self.check_targets(y, batched=False)
         y = jnp.asarray(y)
         value = self.value
-        return Smooth(self.output_space(y), R(), lambda c: value(c, y),
+        return Smooth(self._declared_space(y), R(), lambda c: value(c, y),
                       self.symbol or self._short())  # checks the output it is given
 
     def check_targets(self, Y, output_space: Space | None = None, batched: bool = True):
@@ -181,19 +183,39 @@ class LossFamily:
         return Y
 
     def _output_space_of(self, shape, dtype) -> Space:
-        """`output_space` for a target of this shape and dtype, remembered (checking targets
-        runs once per training step)."""
+        """`output_space` for a target of this shape and dtype, checked to be a `Space` and
+        remembered (checking targets runs once per training step)."""
+        key = (shape, np.dtype(dtype))
         try:
-            key = (self, shape, np.dtype(dtype))
-            hash(key)
-        except TypeError:
-            return self.output_space(jax.ShapeDtypeStruct(shape, dtype))
-        space = _SPACES.get(key)
-        if space is None:
-            space = self.output_space(jax.ShapeDtypeStruct(shape, dtype))
-            if len(_SPACES) >= 1024:
-                _SPACES.clear()
-            _SPACES[key] = space
+            known = _SPACES.setdefault(self, {})
+        except TypeError:  # unhashable or not weakly referable: asked each time
+            known = {}
+        if key not in known:
+            known[key] = self._declared_space(jax.ShapeDtypeStruct(shape, dtype))
+        return known[key]
+
+    def _declared_space(self, y) -> Space:
+        """`output_space(y)` if it is a `Space`, else `KindError` naming the family."""
+        space = self.output_space(y)
+        if not isinstance(space, Space):
+            raise KindError(f"the loss family {self!r} declares the outputs of a target of shape "
+                            f"{tuple(y.shape)} to lie in {space!r}, which is not a Space: its "
+                            f"output_space(y) must return a Space, e.g. R(*y.shape)")
+        # the declaration agrees with the value: L_y is defined on it and real-valued (shapes
+        # only, traced once per target shape and dtype)
+        try:
+            out = jax.eval_shape(self.value, jax.ShapeDtypeStruct(space.shape,
+                                                                  jnp.result_type(float)), y)
+            why = None if getattr(out, "shape", None) == () else f"a value of shape {out.shape}"
+        except ParalensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's value function, re-raised as ours
+            why = f"{type(e).__name__}: {e}"
+        if why:
+            raise KindError(f"the loss family {self!r} declares outputs in {space!r} for a "
+                            f"target of shape {tuple(y.shape)}, but its value(c, y) at such an "
+                            f"output gives {why}: output_space(y) must be the space of the "
+                            f"outputs value(c, y) takes, and the value a scalar")
         return space
 
     # -- value semantics -------------------------------------------------------------------
@@ -324,7 +346,12 @@ class SoftmaxCrossEntropy(LossFamily):
     def value(self, c, y):
         logp = jax.nn.log_softmax(c, axis=-1)
         if jnp.ndim(y) == 0:  # a class label
-            return -logp[y]
+            # A label outside 0 … k−1 gives NaN, value and covector, where JAX's indexing would
+            # clamp it to a class: unseen by `targets_ok` (a user's family wrapping this one),
+            # the step is then refused for its NaN covector. ×1 leaves valid labels' bits.
+            k = c.shape[-1]
+            inside = (y >= 0) & (y < k)
+            return -logp[jnp.clip(y, 0, k - 1)] * jnp.where(inside, 1.0, jnp.nan).astype(logp.dtype)
         return -jnp.sum(y * logp)
 
     def output_space(self, y):
@@ -572,6 +599,9 @@ def dL(loss: Smooth, c) -> Covector:
     if not isinstance(loss, Smooth) or loss.cod != R():
         raise KindError(f"dL needs a loss C → R (e.g. half_squared_error(y)), got {loss!r}")
     loss.dom.check(c, f"the output given to dL of {loss.name}")
+    if not jnp.issubdtype(jnp.result_type(c), jnp.inexact):
+        # an integer-valued output is a point of C like any other: differentiated in floats
+        c = jnp.asarray(c, jnp.result_type(float))
     return Covector(jax.grad(loss.fn)(c), loss.dom)
 
 
@@ -593,7 +623,7 @@ def batch_loss(family, targets, reduction: str = "sum", **kw) -> Smooth:
     targets = fam.check_targets(targets)
     targets = jnp.asarray(targets)
     n = targets.shape[0]
-    out = fam.output_space(jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
+    out = fam._declared_space(jax.ShapeDtypeStruct(targets.shape[1:], targets.dtype))
     dom = R(n, *out.shape)
     per = jax.vmap(fam.value)
     value = jax.eval_shape(fam.value, jax.ShapeDtypeStruct(out.shape, jnp.result_type(float)),

@@ -245,6 +245,15 @@ class Constant(Metric):
     """
 
     def __init__(self, G, space: Space | None = None, slot: int | None = None):
+        if not isinstance(G, jax.core.Tracer):
+            try:
+                g = np.asarray(G)
+            except (TypeError, ValueError):
+                g = np.asarray(None)
+            if g.dtype.kind not in "fiu" or g.size == 0:
+                raise MetricError(f"Constant metric needs a non-empty square matrix of real "
+                                  f"numbers (an array G of shape (n, n), n ≥ 1), got "
+                                  f"{type(G).__name__} {G!r:.80}")
         G = jnp.asarray(G)
         if G.ndim != 2 or G.shape[0] != G.shape[1]:
             raise MetricError(f"Constant metric needs a square matrix, got shape {G.shape}")

@@ -13,11 +13,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from categories import Covector, OpenBall, OpenBox, Positive, R, Vector
+from categories import Covector, OpenBall, OpenBox, Positive, R, Smooth, Vector
+from lenses import (Fault, NonFiniteError, dL, dense, epoch_order, fit, gd, linear, loss_family,
+                    tie, train_step)
 from lenses import (BoxBarrier, LogBarrier, ParalensError, Poincare, Tokens, batched, dropout,
                     embedding, gru_cell, layer_norm, multi_head_attention, rnn_cell,
                     softmax_cross_entropy, half_squared_error, transformer_block, unroll)
-from lenses.losses import batch_loss
+from lenses.losses import LossFamily, batch_loss
 from lenses.metrics import Constant, Diagonal, Euclidean
 from lenses.sequence import positionwise_dense
 
@@ -287,3 +289,165 @@ def test_user_loss_families_built_from_builtin_ones(seed, kind, which):
     else:
         want = 2.5 * np.mean(0.5 * np.sum((C - Y) ** 2, axis=1))
     np.testing.assert_allclose(value, want, rtol=1e-10)
+
+
+# -- round three: the last families of malformed arguments (issue 40) ---------------------------
+# Each test's fixed examples fail on the code before it: a raw error of Python, NumPy or JAX,
+# or a result where the argument is malformed.
+
+
+@FUZZ
+@given(JUNK)
+@example(None)
+@example("abc")
+def test_smooth_takes_a_function(fn):
+    made = _refused_or(lambda: Smooth(R(2), R(2), fn))
+    assert (made is not None) == callable(fn), fn
+
+
+@FUZZ
+@given(st.integers(1, 4), st.integers(1, 4))
+@example(3, 2)  # declared R^2 → R^3, gives a 2-vector: the composite evaluated before
+def test_a_composite_checks_what_each_map_gives_the_next(declared, given_):
+    f = Smooth(R(2), R(declared), lambda x: x[0] * jnp.ones(given_), "f")
+    g = Smooth(R(declared), R(), lambda y: jnp.sum(y), "g")
+    got = _refused_or(lambda: (f >> g)(jnp.ones(2)))
+    assert (got is not None) == (declared == given_)
+    if got is not None:
+        assert float(got) == declared  # Σ of `declared` ones
+
+
+@FUZZ
+@given(st.one_of(JUNK, st.sampled_from([[], np.zeros((0, 0)), [["a", "b"], ["c", "d"]]])))
+@example(None)
+@example("ab")
+@example(np.zeros((0, 0)))
+def test_constant_refuses_what_is_not_a_matrix(G):
+    """None of these is a symmetric positive-definite matrix on R^2."""
+    assert _refused_or(lambda: Constant(G, R(2))) is None, G
+
+
+@FUZZ
+@given(JUNK)
+@example(0)
+@example(None)
+def test_init_takes_a_prng_key(key):
+    """No value of JUNK is a key (a seed is not one): each refused by a catalogued error."""
+    assert _refused_or(lambda: dense(2, 1).init(key)) is None, key
+
+
+@FUZZ
+@given(st.sampled_from([Euclidean, Diagonal, Constant]))
+@example(Euclidean)
+def test_an_optimiser_takes_a_metric_not_its_class(cls):
+    assert _refused_or(lambda: gd(0.1, metric=cls)) is None
+
+
+@FUZZ
+@given(st.sampled_from(["none", "other", "own"]))
+@example("none")
+def test_an_optimiser_steps_only_on_a_covector_of_the_points_space(which):
+    model = dense(2, 1)
+    p = (jnp.ones((1, 2)), jnp.zeros(1))
+    space = {"none": None, "other": Positive(1, 2) * Positive(1), "own": model.param}[which]
+    opt = gd(0.1)
+    moved = _refused_or(lambda: opt.step(opt.init(p), p, Covector(p, space), space=model.param))
+    assert (moved is not None) == (which == "own")
+    if moved is not None:  # p − 0.1 p
+        np.testing.assert_allclose(moved[1][0], 0.9 * np.ones((1, 2)))
+
+
+@FUZZ
+@given(st.one_of(st.lists(st.integers(0, 1), min_size=2, max_size=2),
+                 st.dictionaries(st.integers(0, 1), st.integers(0, 1), min_size=1, max_size=2),
+                 st.sets(st.integers(0, 1), min_size=2, max_size=2)))
+@example({0: 1})
+@example({0, 1})
+def test_tie_takes_a_list_of_slots(slots):
+    layer = linear(2, 2)
+    tied = _refused_or(lambda: tie(layer >> layer, slots))
+    accepted = isinstance(slots, list) and sorted(set(slots)) == [0, 1]
+    assert (tied is not None) == accepted, slots
+
+
+@FUZZ
+@given(st.integers(-2 ** 40, 2 ** 40))
+@example(-1)  # was seed 2^32 − 1, silently
+@example(2 ** 32)  # was seed 0, silently
+def test_a_seed_is_a_non_negative_32_bit_integer(seed):
+    order = _refused_or(lambda: epoch_order(seed, 1, 8, 4))
+    assert (order is not None) == (0 <= seed < 2 ** 32), seed
+
+
+@FUZZ
+@given(st.lists(st.integers(-5, 5), min_size=2, max_size=2))
+@example([1, 2])
+def test_dl_at_an_integer_output_is_the_differential_at_that_point(c):
+    """Accepted: an integer-valued output is a point of R^2; dL of ½|c − y|² is c − y."""
+    y = np.array([0.5, -1.0])
+    got = dL(half_squared_error(y), np.array(c, np.int32))
+    np.testing.assert_allclose(got.value, np.array(c) - y)
+
+
+def test_a_fault_is_raised_to_a_reader_of_parameters_through_check_and_by_fit():
+    """The documented way to read parameters, `state.check().params`, raises a pending fault;
+    `fit` raises it at the end of its chunk."""
+    model = dense(2, 1)
+    p = (jnp.ones((1, 2)), jnp.zeros(1))
+    X, Y = np.ones((8, 2)), np.zeros((8, 1))
+    X[5, 0] = np.nan
+    step = train_step(model, half_squared_error, gd(0.1))
+    state, _ = step(step.init(p), X[4:], Y[4:])
+    with pytest.raises(NonFiniteError, match="step 1") as e:
+        state.check().params
+    assert e.value.kind == Fault.COVECTOR
+    with pytest.raises(NonFiniteError):
+        fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=1, batch_size=4, key=0,
+            progress=False)
+
+
+class _Declared(LossFamily):
+    """A user's family whose output_space returns `space` (drawn: a Space or not)."""
+
+    def __init__(self, space):
+        self.space = space
+
+    def value(self, c, y):
+        return jnp.sum((c - y) ** 2)
+
+    def output_space(self, y):
+        return self.space
+
+
+@FUZZ
+@given(st.one_of(JUNK, st.sampled_from([R(2), R(3), (2,), [2]])))
+@example((2,))  # an AttributeError deep in the batch loss before
+def test_a_loss_family_must_declare_a_space(space):
+    """Accepted: a Space of the targets' shape (2,); refused, by a catalogued error, else."""
+    family = _Declared(space)
+    got = _refused_or(lambda: batch_loss(family, np.ones((3, 2)))(np.zeros((3, 2))))
+    assert (got is not None) == (space == R(2)), space
+    if got is not None:
+        assert float(got) == 6.0  # Σ over 3 examples of |0 − 1|² over 2 coordinates
+
+
+@FUZZ
+@given(st.integers(-3, 6))
+@example(7 - 4)  # the label 3 of 3 classes: trained on as class 2 before
+def test_a_user_family_wrapping_softmax_cross_entropy_refuses_labels_out_of_range(label):
+    """Inside a compiled step a user's family cannot be asked about its targets; the label's
+    loss is NaN, value and covector, so the step is refused (for a label in range: the
+    covector softmax(z) − onehot(y) of the composite, by numpy)."""
+    family = loss_family(lambda y: softmax_cross_entropy(classes=3)(y))
+    model = dense(2, 3)
+    p = (jnp.zeros((3, 2)), jnp.array([1.0, 0.0, -1.0]))
+    step = train_step(model, family, gd(1.0))
+    state, report = step(step.init(p), np.zeros((1, 2)), np.array([label], np.int32))
+    if 0 <= label < 3:
+        z = np.array([1.0, 0.0, -1.0])
+        pi = np.exp(z - np.logaddexp.reduce(z))
+        np.testing.assert_allclose(state.params[1], z - (pi - np.eye(3)[label]), rtol=1e-6)
+    else:
+        with pytest.raises(NonFiniteError):
+            report.check()
+        assert np.array_equal(state.params[1], p[1])

@@ -229,7 +229,8 @@ class Optimiser:
         """The backward part: (s, p, p') ↦ (s', p''). With concrete values, faults raise.
 
         p' must be a `Covector` whose leaves are shaped like p's (a `Vector` or a raw array is
-        refused, `CovectorError`, naming the slot); the checks are static (shapes)."""
+        refused, `CovectorError`, naming the slot), of the parameter object `space` when one is
+        named (a covector of no space, or of another, is refused); the checks are static."""
         space = space if space is not None else getattr(p_cov, "space", None)
         if space is not None:
             check_params(space, p)
@@ -283,9 +284,12 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
         raise CovectorError(f"the optimiser steps on a Covector (from the backward pass), got "
                             f"{type(p_cov).__name__}: wrap a raw value as Covector(value, space) "
                             "only if it is the differential of a loss")
-    if p_cov.space is not None and space is not None and p_cov.space != space:
+    if space is not None and p_cov.space != space:
+        # a covector of no space is accepted only where no parameter object is named either
+        # (plain arrays: the Euclidean default); named, the two must be one space
         raise CovectorError(f"the covector lives on {p_cov.space!r}, but the parameter object "
-                            f"is {space!r}")
+                            f"is {space!r}: pass the covector of this parameter object, "
+                            f"Covector(value, {space!r})")
     cov = p_cov.value
     pt, ct = jax.tree_util.tree_structure(p), jax.tree_util.tree_structure(cov)
     slots = (list(zip(p, cov)) if isinstance(p, tuple) and isinstance(cov, tuple)

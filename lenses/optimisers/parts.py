@@ -229,6 +229,9 @@ class Sharp(Part):
 
     def __new__(cls, metric: Metric | None = None):
         metric = metric if metric is not None else Euclidean()
+        if isinstance(metric, type):
+            raise KindError(f"metric must be an inner product (an instance), got the class "
+                            f"{metric.__name__}: pass {metric.__name__}(...), e.g. metric=Euclidean()")
         if not callable(getattr(metric, "sharp", None)):
             raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
 

@@ -4,6 +4,8 @@
 - `state`: `TrainState` (a plain pytree) and `Report`;
 - `step`: what one step computes, once (`StepCore`: covectors, sharp, move, verdict; the one
   loop every step runs in);
+- `shared`: how long compiled code lives (one record per model structure, freed with the
+  last model of it);
 - `schedule`: how chunks of steps are scheduled, once (dispatched, then settled by one read);
 - `trainer`: `train_step`, the user's handle (a call per step, or `run` for many);
 - `sources`, `fit`: the training loop over data in memory or a stream of batches;

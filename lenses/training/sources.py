@@ -56,7 +56,10 @@ def count_arg(x, name: str, least: int) -> int:
 def as_key(key):
     """A JAX PRNG key from a key, an integer seed or None (seed 0); else `KindError`."""
     if key is None or (isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
-        return jax.random.PRNGKey(int(key or 0) % (1 << 32))
+        if not 0 <= int(key or 0) < 1 << 32:  # wrapped, -1 would silently be seed 2^32 − 1
+            raise HyperparameterError(f"key as a seed must be an integer in [0, 2^32), got "
+                                      f"{key!r}: pass a non-negative seed or a PRNG key")
+        return jax.random.PRNGKey(int(key or 0))
     if isinstance(key, (jax.Array, np.ndarray)):
         if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
             return key

@@ -29,6 +29,11 @@ class TrainState(NamedTuple):
     CPU): kept apart, with the loop's trip count passed as a third, they made a call of a
     4-16-3 network 8–16% slower (bench/README.md).
 
+    Reading `params` checks nothing: after a refused step the parameters are those before it,
+    frozen, and a loop that reads only `state.params` never learns why. Read them as
+    `state.check().params` (raises the fault, if any), read a report, or train with `fit`,
+    which raises a fault at the end of the chunk it happened in.
+
     Examples:
         >>> state = TrainState.of(jnp.zeros(2), (), count=3)
         >>> int(state.count), state.fault.tolist(), state.check() is state

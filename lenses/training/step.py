@@ -12,8 +12,8 @@ bit for bit, where the verdict is no, recording the fault (later steps are then 
 the fault is seen); and the one loop every step runs in (`steps`): a call is that loop of
 one step, a chunk of many, so that a chunk gives the bits of as many calls. The optimiser's
 numbers (learning rate, momentum, ...) are arguments (`Optimiser.hyperparams`), so a core,
-and every compilation it holds, is shared by all optimisers equal but for their numbers
-(`core_for`). The structure of the state and the batch is checked while a step is traced,
+and every compilation it holds, is shared by all optimisers equal but for their numbers and
+by all models that compute alike (`core_for`); it lives while such a model does (`shared`). The structure of the state and the batch is checked while a step is traced,
 that is once per compiled signature.
 """
 
