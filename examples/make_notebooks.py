@@ -764,11 +764,14 @@ assert damped > 100 * nat  # damping by λ I is not invariant
 print("claims: hold")
 """, stable=True),
     md("""
-**A caveat, measured.** For a network the exact statement needs an undamped metric of full
-rank along the whole trajectory, and that is rarely available: for a small MLP on the same
-flowers, $G$ at the initial point is already nearly singular, so practical natural gradients
-are damped, and the invariance holds only approximately (the more so the smaller $\\lambda$
-is against $G$'s spectrum).
+**A caveat, measured.** The exact statement needs an undamped metric of full rank along the
+whole trajectory. For a network that is rarely available: for a small MLP on the same
+flowers, $G$ at the initial point is already nearly singular (its spectrum is printed below),
+so practical natural gradients are damped. How far damping breaks the invariance is measured
+on the logistic regression above: the same 25 steps of `gd(1.0, metric=Fisher(damping=λ))`
+in both coordinate systems, over a sweep of $\\lambda$, against the Fisher's eigenvalues at
+$\\theta_0$. The deviation grows with $\\lambda$ (asserted): the invariance holds only
+approximately, the more closely the smaller $\\lambda$ is against $G$'s spectrum.
 """),
     code("""
 mlp = dense(4, 4) >> tanh >> dense(4, 1)
@@ -778,7 +781,18 @@ ev = np.linalg.eigvalsh(G)
 print(f"{mlp.name}: {G.shape[0]} parameters; eigenvalues of G from {ev[0]:.1e} to {ev[-1]:.1e}, "
       f"condition number {ev[-1] / ev[0]:.1e}")
 assert ev[-1] / ev[0] > 1e4
-"""),
+ev5 = np.linalg.eigvalsh(np.asarray(Fisher(damping=0.0).matrix(theta0, Context(model, family, X, Y, "mean"))))
+print(f"logistic regression: the Fisher's eigenvalues at θ0 from {ev5[0]:.2g} to {ev5[-1]:.2g}; "
+      "max_t ‖θ_t − Mφ_t‖/‖θ_t‖ with damping λ:")
+devs = []
+for lam in (1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1):
+    opt = gd(1.0, metric=Fisher(damping=lam))
+    th, _ = trajectory(model, theta0, opt)
+    ph, _ = trajectory(other, phi0, opt)
+    devs.append(float(np.max(np.linalg.norm(th - ph @ M.T, axis=1) / np.linalg.norm(th, axis=1))))
+    print(f"  λ = {lam:g}: {devs[-1]:.1e}")
+assert all(a < b for a, b in zip(devs, devs[1:]))  # the deviation grows with λ
+""", stable=True),
 ]
 
 
@@ -1714,32 +1728,49 @@ plt.show()
 for name, s in stats.items():
     print(f"{name}: angle to Newton's direction, Fisher max {s['aF'].max():.1e}°, empirical Fisher "
           f"median {np.median(s['aEF']):.0f}° max {s['aEF'].max():.0f}°; "
-          f"length EF/F median {np.median(s['ratio']):.2g}")
+          f"length EF/F median over the grid {np.median(s['ratio']):.2g}")
+# Near the optimum of the misspecified regression: the grid points within 0.5 of θ* (the
+# least-squares solution, numpy's lstsq: the oracle)
+theta_star = np.linalg.lstsq(Xr.astype(float), Yr[:, 0].astype(float), rcond=None)[0]
+near = np.linalg.norm(grid - theta_star, axis=1) < 0.5
+ratio_near = stats["linear regression, noise σ = 2"]["ratio"][near]
+print(f"linear regression near θ* ({near.sum()} grid points within 0.5): length EF/F from "
+      f"{ratio_near.min():.2f} to {ratio_near.max():.2f}; 1/σ² = 0.25")
 """),
     md("""
 The Fisher's field is Newton's in all three problems (to float32 rounding), as the theory
 says for these models. The empirical Fisher's turns away from it, by tens of degrees in the
 median on the logistic problems and by more than a right angle at some points of the
-separable one; and under the misspecified noise it is also much shorter (about $1/\\sigma^2$ of
-Newton's step near the optimum), so it needs a larger learning rate to make the same progress.
+separable one; and under the misspecified noise it is also much shorter near the optimum, by
+about $1/\\sigma^2$ (the range over the grid points near $\\theta^*$ is printed above), so it
+needs a larger learning rate to make the same progress.
 
 ## Trajectories and steps to a target
 
-From three starting points, `gd(lr, metric=...)` with each inner product, and `adam` and
+From ten starting points (three fixed ones, drawn in the figure, and seven drawn uniformly in
+$[-2.5, 2.5]^2$), `gd(lr, metric=...)` with each inner product, and `adam` and
 `optax.rmsprop` (through `from_optax`) as baselines; 100 full-batch steps. The target is
 $L(\\theta^*) + 10^{-3}$, with $\\theta^*$ from Newton's method on the hand-written loss (on the
-separable set the infimum is 0 and the target is 0.05). Each method's rate is the smallest of
-its sweep with the fewest steps to the target (median over the starts; "never": not within
-100 steps).
+separable set the infimum is 0 and the target is 0.05). A run that diverges (its loss above
+twice its initial loss, or not finite) counts as never reaching the target. A rate's score is
+its **worst** start's steps to the target ("never": not within 100 steps); each method's rate
+is the smallest of its sweep with the best score, the sweep's rates a factor 2 apart and
+refined to √2 on both sides of the chosen one.
 """),
     code("""
-STEPS, STARTS = 100, np.array([[-2.5, 2.5], [2.5, 2.5], [0.0, -2.5]], np.float32)
+STEPS = 100
+STARTS = np.concatenate([[[-2.5, 2.5], [2.5, 2.5], [0.0, -2.5]],
+                         np.random.default_rng(2).uniform(-2.5, 2.5, (7, 2))]).astype(np.float32)
 OPTS = {"Euclidean": lambda lr: gd(lr), "Fisher": lambda lr: gd(lr, metric=Fisher(damping=LAMBDA)),
         "empirical Fisher": lambda lr: gd(lr, metric=Fisher(damping=LAMBDA, empirical=True)),
         "adam": adam, "optax.rmsprop": lambda lr: from_optax(rmsprop(lr))}
-LRS = {"Euclidean": [0.1, 0.3, 1, 3, 10, 30], "Fisher": [0.3, 0.5, 1.0, 1.5, 2.0],
-       "empirical Fisher": [0.1, 0.3, 1.0, 3.0, 10.0, 30.0], "adam": [0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
-       "optax.rmsprop": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]}
+def rates(lo, hi):
+    \"\"\"lo, 2·lo, … up to hi, to 3 significant digits.\"\"\"
+    return [float(f"{lo * 2 ** i:.3g}") for i in range(int(round(np.log2(hi / lo))) + 1)]
+
+
+LRS = {"Euclidean": rates(1 / 16, 32), "Fisher": rates(1 / 8, 4), "empirical Fisher": rates(1 / 16, 64),
+       "adam": rates(1 / 16, 128), "optax.rmsprop": rates(1 / 32, 128)}
 
 
 def runner(fam, make_opt):
@@ -1774,8 +1805,12 @@ def path(fam, make_opt, lr, theta0, X, Y, steps=30):
 
 
 def to_target(losses, target):
-    hit = np.flatnonzero(losses <= target)
-    return int(hit[0]) if hit.size else np.inf  # steps taken before the loss is ≤ target
+    \"\"\"Steps taken before the loss is first ≤ target, inf if never; a run that diverges first
+    (its loss above twice its initial loss, or not finite) never gets there.\"\"\"
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~np.isfinite(losses) | (losses > 2 * losses[0]))
+    hit = np.flatnonzero(losses[:bad[0] if bad.size else None] <= target)
+    return int(hit[0]) if hit.size else np.inf
 
 
 runners = {(fam, o): runner(fam, OPTS[o]) for fam in (half_squared_error, binary_cross_entropy) for o in OPTS}
@@ -1799,19 +1834,31 @@ study = {}
 for name, (fam, X, Y) in PROBLEMS.items():
     study[name] = {}
     for o in OPTS:
-        losses = runners[fam, o](LRS[o], STARTS, X, Y)
-        steps = np.array([[to_target(l, TARGETS[name]) for l in row] for row in losses])
-        med = np.median(steps, axis=1)
-        k = int(np.flatnonzero(med == med.min())[0])  # the smallest rate with the fewest steps
-        study[name][o] = dict(k=k, lr=LRS[o][k], med=med, losses=losses[k])
+        done = {}  # rate ↦ steps to the target per start
+        new = LRS[o]
+        while new:
+            for lr, row in zip(new, runners[fam, o](new, STARTS, X, Y)):
+                done[lr] = np.array([to_target(l, TARGETS[name]) for l in row])
+            grid = sorted(done)
+            worst = np.array([done[lr].max() for lr in grid])
+            k = int(np.flatnonzero(worst == worst.min())[0])  # the smallest rate with the best score
+            new = [float(f"{x:.3g}") for x in (grid[k] / 2 ** 0.5, grid[k] * 2 ** 0.5)
+                   if grid[0] < x < grid[-1] and min(abs(np.log(x / lr)) for lr in grid) > 0.1]
+        study[name][o] = dict(k=k, lr=grid[k], lrs=grid, med=worst, steps=done[grid[k]])
 """),
     code("""
+def n(v):
+    return "never" if v == np.inf else str(int(v))
+
+
 for name, res in study.items():
-    print(f"{name}: steps to loss ≤ {TARGETS[name]:.4g} (median over {len(STARTS)} starts), at each rate")
+    print(f"{name}: steps to loss ≤ {TARGETS[name]:.4g}, {len(STARTS)} starts: chosen rate, worst start, "
+          "starts that fail ('never' or diverged), steps per start; then the worst start at each rate")
     for o, r in res.items():
-        sweep = "  ".join(f"{lr:g}:{'never' if m == np.inf else int(m)}" for lr, m in zip(LRS[o], r["med"]))
-        m = r["med"][r["k"]]
-        print(f"  {o:17s} lr {r['lr']:<5g} {('never' if m == np.inf else int(m))!s:>5}   sweep {sweep}")
+        s = r["steps"]
+        print(f"  {o:17s} lr {r['lr']:<6g} worst {n(s.max()):>5}  fail {int(np.sum(s == np.inf))}/{len(s)}  "
+              f"[{' '.join(n(v) for v in s)}]")
+        print(f"  {'':17s} sweep " + " ".join(f"{lr:g}:{n(m)}" for lr, m in zip(r["lrs"], r["med"])))
 """, stable=True),
     code("""
 fig, axes = plt.subplots(1, 3, figsize=(12, 4))
@@ -1822,7 +1869,7 @@ for ax, (name, (fam, X, Y)) in zip(axes, PROBLEMS.items()):
     ax.contour(a, a, np.log(Z), 15, colors="grey", linewidths=0.5)
     for i, o in enumerate(("Euclidean", "Fisher", "empirical Fisher")):
         r = study[name][o]
-        for j, start in enumerate(STARTS):
+        for j, start in enumerate(STARTS[:3]):  # the three fixed starts
             th = path(fam, OPTS[o], r["lr"], start, X, Y)
             ax.plot(*np.clip(th[:30], -3, 3).T, f"C{i}.-", ms=3, lw=0.8,
                     label=f"{o} (lr {r['lr']:g})" if j == 0 else None)
@@ -1832,29 +1879,33 @@ fig.tight_layout()
 plt.show()
 """),
     md("""
-On the quadratic problem the Fisher step at rate 1 is Newton's and lands on $\\theta^*$ in one
-step; the empirical Fisher needs a rate near 3 (about $\\sigma^2$, undoing its $\\sigma^2$ scale)
-and several steps, since its direction is also off. On the overlapping logistic problem the two
-are close in steps (the undamped Newton step at rate 1 overshoots from the far starts, so the
-Fisher's best rate is 0.5). On the separable set every method reaches the small target
-quickly, and larger rates keep helping (the loss has no minimiser: any long enough step along
-a separating direction lowers it), so no sweep there has an interior optimum, and none is
-claimed. Nor on the regression for `optax.rmsprop`: its median steps fall to 4 at rate 10 and
-stay at 4 up to rate 100, the top of its sweep, so it is left out of the interior claim. The
-claims, asserted:
+On the misspecified regression the Fisher step at rate 1 is Newton's and lands on $\\theta^*$ in
+one step from every start; every other method needs more, the empirical Fisher at a rate
+near $\\sigma^2$ (undoing its $\\sigma^2$ scale). The Fisher's exact curvature does not win the
+race everywhere, though: on both logistic problems the empirical Fisher reaches the target in
+fewer steps (on the worst start) than the Fisher, whose undamped Newton step overshoots from
+the far starts, so that its rate must be small. On the separable set the loss has no
+minimiser (any long enough step along a separating direction lowers it), and no interior
+optimum of any sweep is claimed there. The cell below prints each comparison and checks it:
 """),
     code("""
 for name, s in stats.items():  # the Fisher's direction is Newton's; the empirical Fisher's is not
     assert s["aF"].max() < 0.5 and s["aEF"].max() > 30, name
 reg, over = study["linear regression, noise σ = 2"], study["logistic regression, overlapping classes"]
 assert np.median(stats["linear regression, noise σ = 2"]["ratio"]) < 0.5  # misspecified: too short
+assert 0.5 / 4 < ratio_near.min() and ratio_near.max() < 1.5 / 4  # ≈ 1/σ² = 1/4 near θ*
 assert reg["Fisher"]["lr"] == 1.0 and reg["Fisher"]["med"][reg["Fisher"]["k"]] == 1  # one Newton step
 assert all(r["med"][r["k"]] > 1 for o, r in reg.items() if o != "Fisher")
+worst = {name: {o: r["med"][r["k"]] for o, r in res.items()} for name, res in study.items()}
+for name, w in worst.items():
+    f, ef = w["Fisher"], w["empirical Fisher"]
+    print(f"{name}: worst start's steps, Fisher {n(f)}, empirical Fisher {n(ef)}: "
+          + ("the Fisher fewer" if f < ef else "the empirical Fisher fewer" if ef < f else "a tie"))
+assert worst["linear regression, noise σ = 2"]["Fisher"] < worst["linear regression, noise σ = 2"]["empirical Fisher"]
+for name in ("logistic regression, overlapping classes", "logistic regression, separable classes"):
+    assert worst[name]["empirical Fisher"] < worst[name]["Fisher"], name
 for res in (reg, over):  # every chosen rate is interior: a smaller and a larger rate both do worse
     for o, r in res.items():
-        if o == "optax.rmsprop" and res is reg:
-            assert np.all(r["med"][-3:] == r["med"][r["k"]])  # the plateau the text reports
-            continue
         best, k = r["med"][r["k"]], r["k"]
         assert np.any(r["med"][:k] > best) and np.any(r["med"][k + 1:] > best), (o, r["med"])
 print("claims: hold")
