@@ -1349,20 +1349,23 @@ Kiela (2017) embedded hierarchies in the Poincaré ball $\\{x : \\|x\\| < 1\\}$ 
 $g_x = \\lambda(x)^2 I$, $\\lambda(x) = 2/(1 - \\|x\\|^2)$, and found low-dimensional hyperbolic
 embeddings that reconstruct the edges better than Euclidean ones. Here `Poincare` (whose sharp
 is $c/\\lambda^2$ and whose move is the exponential map by Möbius addition, which cannot leave
-the ball) is set against the free embedding in $\\mathbb R^d$ trained by `gd` (Euclidean) and by
-`adam`, in 2 and 5 dimensions, on two trees of 63 nodes made here: the complete binary tree of
+the ball) and Riemannian Adam on the same ball (`riemannian_adam`, Bécigneul and Ganea 2019)
+are set against the free embedding in $\\mathbb R^d$ trained by `gd` (Euclidean) and by `adam`,
+in 2 and 5 dimensions, on two trees of 63 nodes made here: the complete binary tree of
 depth 5 and a random recursive tree.
 
 The loss (Nickel and Kiela's): for each edge $(u, v)$, both ways,
 $-\\log\\bigl(e^{-d(u,v)} / \\sum_{w} e^{-d(u,w)}\\bigr)$, the sum over $v$ and the non-neighbours
-of $u$; full batches, 300 steps, 3 initial points drawn uniformly in $[-10^{-3}, 10^{-3}]^d$.
+of $u$; full batches, 300 steps, 10 initial points drawn uniformly in $[-10^{-3}, 10^{-3}]^d$.
 The measures: for each node $u$ and each neighbour $v$, the rank of $v$ among the
 non-neighbours of $u$ by distance (mean rank, 1 is perfect), and the average precision of
-$u$'s neighbours in that order (mean average precision, MAP, 1 is perfect). Each method's
-learning rate is chosen from its sweep by MAP: the smallest rate whose median MAP over the
-initial points is within 0.01 of the best; each sweep extends until a smaller and a larger
-rate both have a lower MAP (asserted), except above a rate whose MAP is already 1 (every
-edge reconstructed), which no rate can beat.
+$u$'s neighbours in that order (mean average precision, MAP, 1 is perfect). A rate's score is
+its **worst** initial point's MAP (a seed whose embedding or loss is not finite diverged, and
+spoils it). Each method's learning rate is chosen from its sweep (rates a factor 2 apart,
+refined to √2 on both sides of the chosen one): the smallest rate whose score is within 0.01
+(the study's tie tolerance) of the best; a smaller and a larger rate must score lower
+(asserted), except in a sweep whose best score is 1 (every edge reconstructed on every seed),
+which no rate can beat.
 """),
     code("""
 import jax
@@ -1372,10 +1375,11 @@ import numpy as np
 from jax import lax
 
 from categories import Covector, OpenBall, Product, R
-from lenses import LossFamily, ParaLens, Poincare, adam, gd, train_step
+from lenses import LossFamily, ParaLens, Poincare, adam, gd, riemannian_adam, train_step
 
 plt.rcParams["figure.dpi"] = 72
-N, STEPS, SEEDS = 63, 300, range(3)
+N, STEPS, SEEDS = 63, 300, range(10)
+TIE = 0.01  # MAPs closer than this are a tie
 
 
 def balanced_tree(branching=2, depth=5):
@@ -1481,19 +1485,27 @@ def euclidean_runs(d, make_opt):
     return run
 
 
-def poincare_runs(d):
-    \"\"\"The same with u(x) = R_x(−η (x')♯) node by node, ♯ and R of `Poincare` on OpenBall(0, 1)
-    ⊂ R^d (one slot per node: checked below against train_step on a product of balls).\"\"\"
-    ball, metric = OpenBall(np.zeros(d), 1.0), Poincare()
-
-    def move(x, c, lr):
-        return metric.retract(x, -lr * metric.sharp(x, Covector(c, ball)).value, ball)
+def poincare_runs(d, make_opt=gd):
+    \"\"\"The same with make_opt(lr, metric=Poincare(ball)) node by node: its move and the
+    metric's retraction R_x on OpenBall(0, 1) ⊂ R^d, each node its own ball (its own factor
+    manifold, as in a product of balls: checked below against train_step for gd), rates and
+    initial points vmapped, one compilation.\"\"\"
+    ball = OpenBall(np.zeros(d), 1.0)
 
     def one(lr, emb, U, V, cand):
-        def body(emb, _):
+        opt = make_opt(lr, metric=Poincare(ball))
+
+        def move(s, x, c):
+            s, v = opt.move(s, x, Covector(c, ball))
+            return s, opt.retract(x, v, ball)
+
+        def body(carry, _):
+            s, emb = carry
             loss, c = jax.value_and_grad(edge_loss)(emb, U, V, cand, True)
-            return jax.vmap(move, (0, 0, None))(emb, c, lr), loss
-        return lax.scan(body, emb, None, length=STEPS)
+            s, emb = jax.vmap(move)(s, emb, c)
+            return (s, emb), loss
+        (_, emb), losses = lax.scan(body, (jax.vmap(opt.init)(emb), emb), None, length=STEPS)
+        return emb, losses
     return jax.jit(jax.vmap(jax.vmap(one, (None, 0, None, None, None)), (0, None, None, None, None)))
 """),
     code("""
@@ -1530,79 +1542,135 @@ print("train_step on a product of 7 balls against the loop, node by node: the sa
       f"float32 rounding (max difference below 1e-5: {gap < 1e-5})")
 """, stable=True),
     code("""
-LRS = {"Poincaré, gd": [1.0, 3.0, 10.0, 30.0], "Euclidean, gd": [3.0, 10.0, 30.0, 100.0, 300.0, 1000.0],
-       "Euclidean, adam": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]}
+def rates(lo, hi):
+    \"\"\"lo, 2·lo, … up to hi; `sweep` adds the rates a factor √2 on both sides of the chosen one.\"\"\"
+    return [float(f"{lo * 2 ** i:.3g}") for i in range(int(round(np.log2(hi / lo))) + 1)]
 
 
-def choose(maps):
-    \"\"\"The smallest rate whose median MAP over the seeds is within 0.01 of the best median.\"\"\"
-    med = np.median(maps, axis=1)
-    return int(np.flatnonzero(med >= med.max() - 0.01)[0])
+LRS = {"Poincaré, gd": rates(0.5, 64), "Poincaré, radam": rates(1 / 64, 2),
+       "Euclidean, gd": rates(2, 2048), "Euclidean, adam": rates(1 / 32, 32)}
+
+
+def score(rec):
+    \"\"\"A rate's score: its worst seed's MAP (−inf where a seed diverged: NaN MAP).\"\"\"
+    return np.where(np.all(np.isfinite(rec[..., 1]), 1), np.min(rec[..., 1], 1), -np.inf)
+
+
+def choose(s):
+    \"\"\"The smallest rate whose score is within TIE of the best.\"\"\"
+    return int(np.flatnonzero(s >= s.max() - TIE)[0])
+
+
+def sweep(run, lrs, inits, g, hyperbolic):
+    \"\"\"Every rate of lrs, then the rates a factor √2 on either side of the chosen one (until
+    both are there): per rate × seed the final embedding, its (mean rank, MAP) and final loss.\"\"\"
+    done = {}
+
+    def measure(new):
+        embs, losses = map(np.asarray, run(jnp.asarray(new, jnp.float32), inits, g["U"], g["V"], g["cand"]))
+        for lr, e, l in zip(new, embs, losses):
+            ok = np.isfinite(e).all((1, 2)) & np.isfinite(l[:, -1])
+            rec = np.array([reconstruction(x, g, hyperbolic) if f else (np.nan, np.nan)
+                            for x, f in zip(e, ok)])
+            done[lr] = (e, rec, l[:, -1])
+
+    measure(list(lrs))
+    while True:
+        grid = sorted(done)
+        s = score(np.array([done[lr][1] for lr in grid]))
+        k = choose(s)
+        new = [x for x in (grid[k] / 2 ** 0.5, grid[k] * 2 ** 0.5)
+               if min(abs(np.log(x / lr)) for lr in grid) > 0.1]
+        new = [float(f"{x:.3g}") for x in new if grid[0] < x < grid[-1]]
+        if not new:
+            return grid, k, s, done
+        measure(new)
 
 
 results = {}
 for d in (2, 5):
-    runs = {"Poincaré, gd": poincare_runs(d), "Euclidean, gd": euclidean_runs(d, gd),
-            "Euclidean, adam": euclidean_runs(d, adam)}
+    runs = {"Poincaré, gd": poincare_runs(d), "Poincaré, radam": poincare_runs(d, riemannian_adam),
+            "Euclidean, gd": euclidean_runs(d, gd), "Euclidean, adam": euclidean_runs(d, adam)}
     inits = jnp.stack([jax.random.uniform(jax.random.PRNGKey(s), (N, d), minval=-1e-3, maxval=1e-3)
                        for s in SEEDS])
     for tree, g in TREES.items():
         for name, run in runs.items():
-            embs, losses = map(np.asarray, run(jnp.asarray(LRS[name]), inits, g["U"], g["V"], g["cand"]))
-            rec = np.array([[reconstruction(e, g, name.startswith("Poincaré")) for e in row]
-                            for row in embs])  # rate × seed × (mean rank, MAP)
-            k = choose(rec[..., 1])
-            results[d, tree, name] = dict(k=k, lr=LRS[name][k], rec=rec, emb=embs[k, 0],
-                                          map=float(np.median(rec[k, :, 1])),
-                                          rank=float(np.median(rec[k, :, 0])),
-                                          loss=float(np.median(losses[k, :, -1])),
-                                          radius=float(np.max(np.linalg.norm(embs[k], axis=-1))))
+            grid, k, s, done = sweep(run, LRS[name], inits, g, name.startswith("Poincaré"))
+            embs, rec, loss = done[grid[k]]
+            results[d, tree, name] = dict(k=k, lr=grid[k], lrs=grid, score=s, emb=embs[0], maps=rec[:, 1],
+                                          map=float(s[k]), rank=float(np.max(rec[:, 0])),
+                                          loss=float(np.median(loss)),
+                                          radius=float(np.max(np.linalg.norm(embs, axis=-1))))
 
-print(f"{STEPS} full-batch steps, median over {len(SEEDS)} initial points; the rate chosen by MAP")
-print(f"{'d':>2} {'tree':27s} {'method':16s} {'lr':>6} {'MAP':>6} {'mean rank':>9} {'loss':>6} "
-      f"{'radius':>7}   median MAP at each rate of the sweep")
+print(f"{STEPS} full-batch steps, {len(SEEDS)} initial points; a rate's score is its worst seed's MAP; "
+      f"the rate chosen by it (ties: within {TIE})")
+print(f"{'d':>2} {'tree':27s} {'method':16s} {'lr':>6} {'MAP: worst seed [median, best]':>30} "
+      f"{'worst rank':>10} {'radius':>7}")
 for (d, tree, name), r in results.items():
-    sweep = " ".join(f"{lr:g}:{m:.3f}" for lr, m in zip(LRS[name], np.median(r["rec"][..., 1], 1)))
-    print(f"{d:2d} {tree:27s} {name:16s} {r['lr']:6g} {r['map']:6.3f} {r['rank']:9.2f} "
-          f"{r['loss']:6.3f} {r['radius']:7.3g}   {sweep}")
-"""),
+    maps = r["maps"]
+    print(f"{d:2d} {tree:27s} {name:16s} {r['lr']:6.3g} {maps.min():.3f} [med {np.median(maps):.3f}, "
+          f"max {maps.max():.3f}] {r['rank']:10.2f} " + (f"{r['radius']:7.3g}" if r["radius"] >= 1 else
+                                                          f"1−{1 - r['radius']:.0e}"))
+print("sweeps (worst seed's MAP at each rate; div: a seed's embedding or loss not finite):")
+for (d, tree, name), r in results.items():
+    print(f"{d:2d} {tree[:8]:8s} {name:16s} " + " ".join(
+        f"{lr:g}:" + ("div" if s == -np.inf else f"{s:.3f}") for lr, s in zip(r["lrs"], r["score"])))
+""", stable=True),
     code("""
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
+def mobius_add(x, y):
+    xy, xx, yy = x @ y, x @ x, y @ y
+    return ((1 + 2 * xy + yy) * x + (1 - xx) * y) / (1 + 2 * xy + xx * yy)
+
+
+def geodesic(a, b, n=40):
+    \"\"\"Points of the Poincaré geodesic from a to b: a ⊕ tanh(t artanh ‖w‖) w/‖w‖, w = (−a) ⊕ b,
+    t ∈ [0, 1] (an arc of a circle orthogonal to the boundary, or a diameter).\"\"\"
+    w = mobius_add(-a, b)
+    r = np.linalg.norm(w)
+    if r == 0:
+        return np.array([a, b])
+    return np.array([mobius_add(a, np.tanh(t * np.arctanh(min(r, 1 - 1e-7))) * w / r)
+                     for t in np.linspace(0, 1, n)])
+
+
+fig, axes = plt.subplots(1, 4, figsize=(13, 3.6))
 g = TREES["balanced (binary, depth 5)"]
 for ax, name in zip(axes, LRS):
     r = results[2, "balanced (binary, depth 5)", name]
-    e = r["emb"]
+    e = r["emb"].astype(np.float64)
     for u, v in zip(g["U"], g["V"]):
-        if u < v:
-            ax.plot(*e[[u, v]].T, "k-", lw=0.5)
+        if u < v:  # edges as geodesics: circle arcs in the disc, segments in the plane
+            ax.plot(*(geodesic(e[u], e[v]) if name.startswith("Poincaré") else e[[u, v]]).T, "k-", lw=0.5)
     depth = np.floor(np.log2(np.arange(N) + 1)).astype(int)
     ax.scatter(*e.T, c=depth, s=12, cmap="viridis", zorder=3)
     if name.startswith("Poincaré"):
         ax.add_patch(plt.Circle((0, 0), 1.0, fill=False, color="grey"))
         ax.set_xlim(-1.05, 1.05), ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
-    ax.set_title(f"{name}, lr {r['lr']:g}: MAP {r['map']:.3f}", fontsize=9)
-fig.suptitle("the balanced tree in 2 dimensions (colour: depth; the disc's boundary in grey)", fontsize=9)
+    ax.set_title(f"{name}, lr {r['lr']:g}: worst MAP {r['map']:.3f}", fontsize=9)
+fig.suptitle("the balanced tree in 2 dimensions, seed 0 (colour: depth; the disc's boundary in grey; "
+             "edges drawn as geodesics)", fontsize=9)
 fig.tight_layout()
 plt.show()
 """),
     md("""
 ## What the numbers show
 
-On these small trees the Poincaré disc does **not** beat the plane across the board, and the
-table says why. In 2 dimensions, on the random recursive tree the Poincaré embedding
-reconstructs the edges better than Euclidean gradient descent (MAP about 0.95 against 0.94),
-but Adam in the plane does better still; on the complete binary tree Euclidean gradient
-descent reaches about 0.99 against the disc's 0.92. In 5 dimensions both Euclidean
-optimisers reconstruct every edge (MAP 1) and the disc does not. Sixty-three nodes fit in the
-plane: the Euclidean embeddings spread out to a radius of 13 to 60 (the column radius), which
-drives the softmax loss down without any curvature. The Poincaré embeddings instead press
-their leaves against the boundary (radius 0.998): with a fixed learning rate the Riemannian
-step in the ball's own coordinates is $\\eta\\,(1 - \\|x\\|^2)^2/4$ times the Euclidean one, so
-near the boundary the leaves barely move apart, and in float32 the move is clamped just inside
-the ball (a margin of a few ulps). Nickel and Kiela's gains are on hierarchies of tens of
-thousands of nodes, far larger than a 2-dimensional plane can hold at these distances, and with
-a burn-in phase at a low rate; neither is reproduced here (each notebook must run in seconds).
+On these small trees the Poincaré disc does **not** beat the plane across the board. The cell
+below prints, for each dimension and tree, the methods in order of their score (the worst
+seed's MAP) with the ties (within 0.01) marked, and checks the statements of this paragraph.
+In 5 dimensions both Euclidean optimisers reconstruct every edge on every seed (worst MAP
+within the tie tolerance of 1) and both Poincaré optimisers score lower by more than it. Sixty-three nodes fit in the plane: the Euclidean embeddings
+spread out to radii far above 1 (the range is printed), which drives the softmax loss down
+without any curvature. The Poincaré embeddings instead press their leaves against the
+boundary: with a fixed learning rate the Riemannian step in the ball's own coordinates is
+$\eta\,(1 - \|x\|^2)^2/4$ times the Euclidean one, so near the boundary the leaves barely
+move apart, and in float32 the move is clamped just inside the ball (a margin of a few ulps).
+Riemannian Adam (`riemannian_adam`, Bécigneul and Ganea 2019), whose step is measured in the
+ball's own norm, is the practitioner's answer to that; the table shows how far it goes here.
+Nickel and Kiela's gains are on hierarchies of tens of thousands of nodes, far larger than a
+2-dimensional plane can hold at these distances, and with a burn-in phase at a low rate;
+neither is reproduced here (each notebook must run in seconds).
 """),
     code("""
 def r(d, tree, name):
@@ -1610,24 +1678,31 @@ def r(d, tree, name):
 
 
 B, T = "balanced (binary, depth 5)", "random recursive"
+for (d, tree) in [(d, t) for d in (2, 5) for t in (B, T)]:
+    ranked = sorted(LRS, key=lambda n: -r(d, tree, n)["map"])
+    top = r(d, tree, ranked[0])["map"]
+    print(f"{d} {tree[:8]:8s}: " + " ≥ ".join(
+        f"{n} {r(d, tree, n)['map']:.3f}" + (" (tie with the best)" if 0 < top - r(d, tree, n)["map"] < TIE else "")
+        for n in ranked))
 for key, res in results.items():  # every Poincaré point is inside the ball; the moves never left it
     assert not key[2].startswith("Poincaré") or res["radius"] < 1.0
-# 2 dimensions: the disc beats Euclidean gd on the random tree, not on the balanced one
-assert r(2, T, "Poincaré, gd")["map"] > r(2, T, "Euclidean, gd")["map"]
-assert r(2, B, "Euclidean, gd")["map"] > r(2, B, "Poincaré, gd")["map"] + 0.03
-assert r(2, T, "Euclidean, adam")["map"] > r(2, T, "Poincaré, gd")["map"]
-# 5 dimensions: the plane's embeddings are perfect, the disc's are not
+# 5 dimensions: the plane's embeddings reconstruct every edge on every seed to within the
+# tie tolerance, and both beat both Poincaré optimisers by more than it
 for tree in (B, T):
-    assert r(5, tree, "Euclidean, adam")["map"] == 1.0 and r(5, tree, "Poincaré, gd")["map"] < 1.0
+    euclid = min(r(5, tree, n)["map"] for n in LRS if n.startswith("Euclidean"))
+    ball = max(r(5, tree, n)["map"] for n in LRS if n.startswith("Poincaré"))
+    assert euclid >= 1 - TIE and euclid > ball + TIE, tree
 # why: the Euclidean embeddings spread far out, the Poincaré ones press against the boundary
-assert min(r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "Euclid" in n) > 10
-assert min(r(d, t, "Poincaré, gd")["radius"] for d in (2, 5) for t in (B, T)) > 0.99
-# every chosen rate is interior to its sweep: a smaller and a larger rate have a lower median
-# MAP, unless the chosen rate's MAP is 1 (then no larger rate can do better)
+radii = [r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "Euclid" in n]
+print(f"radius of the Euclidean embeddings: {min(radii):.3g} to {max(radii):.3g}; of the Poincaré ones: "
+      f"{min(r(d, t, n)['radius'] for d in (2, 5) for t in (B, T) for n in LRS if 'Poincaré' in n):.3g} and above")
+assert min(radii) > 5
+# every chosen rate is interior to its sweep: a smaller and a larger rate score lower, unless
+# the sweep's best score is 1 (every edge on every seed: no rate can do better)
 for key, res in results.items():
-    med, k = np.median(res["rec"][..., 1], 1), res["k"]
-    assert np.any(med[:k] < med[k]) and (np.any(med[k + 1:] < med[k]) or med[k] == 1.0), (key, med)
-print("claims: hold; every chosen rate is interior to its sweep (or its MAP is 1)")
+    s, k = res["score"], res["k"]
+    assert np.any(s[:k] < s[k]) and (np.any(s[k + 1:] < s[k]) or s.max() == 1.0), (key, res["lrs"], s)
+print("claims: hold; every chosen rate is interior to its sweep (or the sweep's best worst-seed MAP is 1)")
 """, stable=True),
 ]
 
