@@ -512,10 +512,15 @@ and the study claims nothing from them. "frozen EF diag" is `Diagonal(w)` with $
 the mean squared per-example covector at the **initial point**: the diagonal of the empirical
 Fisher there, damped by $10^{-4}$ and never updated. `KFAC` is the Kronecker-factored
 block-diagonal Fisher, recomputed on every batch. It has a second number, its damping
-$\lambda$, and the best rate depends on it, so KFAC is swept over both: its rates at each
-$\lambda$ of a sweep of dampings, the pair with the best score kept (ties: the smallest
-$\lambda$ within 2 %); the chosen $\lambda$ must be interior too. The damping is an argument
-of the compiled step, like the rate, so the whole grid compiles once.
+$\lambda$, and the best rate depends on it, and a third, the period $T$ at which its
+factors' eigen-decompositions are recomputed (1: every step; 5: every fifth); so KFAC is
+swept over all three: its rates at each $\lambda$ of a sweep of dampings at each period, the
+period with the best score kept, then the $\lambda$ with the best score (ties: the smallest
+within 2 %); the chosen $\lambda$ must be interior too. Period 1 is the smallest there is, so
+a best period of 1 is at the edge of the possible, not of the sweep. (At period 5 every rate
+of the grid diverges on some seed at each of these dampings, `div` below: decompositions five
+batches old are unstable at these dampings.) The damping is an
+argument of the compiled step, like the rate; each period compiles once.
 """),
     code("""
 Xd, yd = load_digits(return_X_y=True)
@@ -544,7 +549,7 @@ def squared_covectors(p0):
 FROZEN = "frozen EF diag"  # Diagonal(w), w the empirical Fisher's diagonal at the initial point
 runs_c = {"Euclidean": runner(mlp, fam10, lambda lr, aux: gd(lr)),
           FROZEN: runner(mlp, fam10, lambda lr, w: gd(lr, metric=Diagonal(w))),
-          "KFAC": None,  # swept over (rate, damping) below
+          "KFAC": None,  # swept over (rate, damping, inverse period) below
           "adam": runner(mlp, fam10, lambda lr, aux: adam(lr)),
           "optax.rmsprop": runner(mlp, fam10, lambda lr, aux: from_optax(rmsprop(lr)))}
 lrs_c = {"Euclidean": rates(0.25, 16), FROZEN: rates(1 / 512, 1 / 8), "KFAC": rates(1 / 32, 1 / 2),
@@ -556,18 +561,26 @@ def setup_c(name, seed):
     return (p0, *batches(seed), squared_covectors(p0) if name == FROZEN else None)
 
 
-def kfac_runs(lam):
-    return runner(mlp, fam10, lambda lr, aux: gd(lr, metric=KFAC(damping=lam)))
+def kfac_runs(lam, period):
+    return runner(mlp, fam10, lambda lr, aux: gd(lr, metric=KFAC(damping=lam, inverse_period=period,
+                                                                  model=mlp)))
 
 
-DAMPINGS = [3e-4, 1e-3, 3e-3]
-by_damping = [sweep({"KFAC": kfac_runs(lam)}, lrs_c, setup_c, SEEDS_C)["KFAC"] for lam in DAMPINGS]
-best = np.array([r["score"][r["k"]] for r in by_damping])  # each damping at its chosen rate
+# KFAC over (rate, damping, inverse period): the period changes the compiled step (one
+# compilation per period), the damping and rate do not
+DAMPINGS, PERIODS = [3e-4, 1e-3, 3e-3], [1, 5]
+kfac_grid = {(T, lam): sweep({"KFAC": kfac_runs(lam, T)}, lrs_c, setup_c, SEEDS_C)["KFAC"]
+             for T in PERIODS for lam in DAMPINGS}
+by_period = {T: np.array([kfac_grid[T, lam]["score"][kfac_grid[T, lam]["k"]] for lam in DAMPINGS])
+             for T in PERIODS}  # each (period, damping) at its chosen rate
+T_c = PERIODS[chosen(np.array([by_period[T].min() for T in PERIODS]))]
+by_damping, best = [kfac_grid[T_c, lam] for lam in DAMPINGS], by_period[T_c]
 j = chosen(best)
-runs_c["KFAC"] = kfac_runs(DAMPINGS[j])
+runs_c["KFAC"] = kfac_runs(DAMPINGS[j], T_c)
 study_c = sweep({name: run for name, run in runs_c.items() if name != "KFAC"}, lrs_c, setup_c, SEEDS_C)
 study_c = {name: by_damping[j] if name == "KFAC" else study_c[name] for name in runs_c}
 study_c["KFAC"]["damping"], study_c["KFAC"]["by_damping"] = DAMPINGS[j], best
+study_c["KFAC"]["period"] = T_c
 for r in study_c.values():
     r["y"] = r["losses"]
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -580,8 +593,12 @@ TARGET_C = 0.3
 held_c = held_out(mlp, fam10, Xte, yte)
 table(study_c, TARGET_C, "loss", lambda name: held_c(study_c[name]))
 kf_c = study_c["KFAC"]
-print(f"  KFAC's damping: λ {kf_c['damping']:g}; score at its best rate for each λ  [" +
-      " ".join(f"{lam:g}:{s:.3g}" for lam, s in zip(DAMPINGS, kf_c["by_damping"])) + "]")
+print(f"  KFAC: inverse period {kf_c['period']}, damping λ {kf_c['damping']:g}; score at the best rate "
+      "for each (period, λ):")
+for T in PERIODS:
+    print(f"    period {T}: [" + " ".join(f"{lam:g}:" + ("div" if s == np.inf else f"{s:.3g}")
+                                        for lam, s in zip(DAMPINGS, by_period[T])) + "]")
+assert kf_c["period"] == 1 and np.all(by_period[5] == np.inf)  # at period 5 every pair diverges
 interior(study_c)
 interior({"KFAC's damping": dict(score=kf_c["by_damping"], k=j, lrs=DAMPINGS)})
 k = {name: steps_to(r, TARGET_C) for name, r in study_c.items()}
@@ -764,11 +781,14 @@ assert damped > 100 * nat  # damping by λ I is not invariant
 print("claims: hold")
 """, stable=True),
     md("""
-**A caveat, measured.** For a network the exact statement needs an undamped metric of full
-rank along the whole trajectory, and that is rarely available: for a small MLP on the same
-flowers, $G$ at the initial point is already nearly singular, so practical natural gradients
-are damped, and the invariance holds only approximately (the more so the smaller $\\lambda$
-is against $G$'s spectrum).
+**A caveat, measured.** The exact statement needs an undamped metric of full rank along the
+whole trajectory. For a network that is rarely available: for a small MLP on the same
+flowers, $G$ at the initial point is already nearly singular (its spectrum is printed below),
+so practical natural gradients are damped. How far damping breaks the invariance is measured
+on the logistic regression above: the same 25 steps of `gd(1.0, metric=Fisher(damping=λ))`
+in both coordinate systems, over a sweep of $\\lambda$, against the Fisher's eigenvalues at
+$\\theta_0$. The deviation grows with $\\lambda$ (asserted): the invariance holds only
+approximately, the more closely the smaller $\\lambda$ is against $G$'s spectrum.
 """),
     code("""
 mlp = dense(4, 4) >> tanh >> dense(4, 1)
@@ -778,7 +798,18 @@ ev = np.linalg.eigvalsh(G)
 print(f"{mlp.name}: {G.shape[0]} parameters; eigenvalues of G from {ev[0]:.1e} to {ev[-1]:.1e}, "
       f"condition number {ev[-1] / ev[0]:.1e}")
 assert ev[-1] / ev[0] > 1e4
-"""),
+ev5 = np.linalg.eigvalsh(np.asarray(Fisher(damping=0.0).matrix(theta0, Context(model, family, X, Y, "mean"))))
+print(f"logistic regression: the Fisher's eigenvalues at θ0 from {ev5[0]:.2g} to {ev5[-1]:.2g}; "
+      "max_t ‖θ_t − Mφ_t‖/‖θ_t‖ with damping λ:")
+devs = []
+for lam in (1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1):
+    opt = gd(1.0, metric=Fisher(damping=lam))
+    th, _ = trajectory(model, theta0, opt)
+    ph, _ = trajectory(other, phi0, opt)
+    devs.append(float(np.max(np.linalg.norm(th - ph @ M.T, axis=1) / np.linalg.norm(th, axis=1))))
+    print(f"  λ = {lam:g}: {devs[-1]:.1e}")
+assert all(a < b for a, b in zip(devs, devs[1:]))  # the deviation grows with λ
+""", stable=True),
 ]
 
 
@@ -795,7 +826,10 @@ library then refuses the step, or with `on_domain_error="backtrack"` halves the 
 point is inside. The alternative (`lenses.geometry`) is an inner product that knows the open
 set, with a move along its own geometry that cannot leave it: on $\\mathrm{Positive}$ the
 Hessian of the log barrier, $g_p = \\mathrm{diag}(1/p^2)$, whose exponential map is the
-multiplicative update $p \\cdot \\exp(-\\eta\\, p\\, p')$.
+multiplicative update $p \\cdot \\exp(-\\eta\\, p\\, p')$. That move is gradient descent on
+$s = \\log p$: the covector on $s$ is $p\\,p'$ (the chain rule), so $s - \\eta\\,p\\,p'$ is
+$\\log$ of the move. The notebook checks this through `reparam`, and tries gd and Adam in the
+log coordinates, the baseline a practitioner would try first.
 
 The problem: fit the variances $v \\in \\mathrm{Positive}(5)$ of a centred Gaussian to 500
 samples whose true variances span four decades, $10^{-3}, \\dots, 10$, by minimising the mean
@@ -926,8 +960,9 @@ assert barrier[2.5]["left"] > 0  # a straight move of the same vector would have
 print("claims: hold")
 """, stable=True),
     md("""
-**Adaptive optimisers are no way out.** `adam` and `optax.rmsprop` (through `from_optax`)
-rescale each coordinate of the covector, but they still move in a straight line: with a rate
+**Adaptive optimisers in the coordinates v are no way out.** `adam` and `optax.rmsprop`
+(through `from_optax`) rescale each coordinate of the covector, but they still move in a
+straight line in $v$: with a rate
 large enough to move the large variances in 200 steps, the small variances are sent through
 zero and `train_step` refuses the step (the fault it records: the step, and the slot that left
 `Positive`); with a rate small enough to stay inside, the run is far from the optimum after
@@ -971,6 +1006,52 @@ for name, (make, lrs) in adaptive.items():
             print(f"{name:14s} lr {lr:<6g} 200 steps, none refused; final L − L* = {L[-1] - L_star:.2f}")
         assert fault[0] or L[-1] - L_star > 1.0  # refused, or far from the optimum
 """, stable=True),
+    md("""
+## In the coordinates s = log v
+
+The same model reparameterised along $r(s) = e^s$ (`model.reparam`): the parameter object is
+now all of $\\mathbb R^5$, so no move can leave it. Gradient descent there is the log barrier's
+move at the same rate (checked against the runs above, step by step), and Adam in $s$ is the
+adaptive baseline. Both from $s_0 = 0$ ($v_0 = 1$), 200 steps in one dispatch per rate.
+"""),
+    code("""
+from categories import Smooth
+
+log_model = model.reparam(Smooth(R(d), P, jnp.exp, name="exp"), name="variances in s = log v")
+
+
+def in_logs(make_opt, lrs):
+    \"\"\"200 steps of train_step(log_model, GaussianNLL(), make_opt(lr)): L − L* per step and
+    the final v = exp(s), per rate.\"\"\"
+    Xs, Ys = np.broadcast_to(X, (STEPS,) + X.shape), np.broadcast_to(Y, (STEPS,) + Y.shape)
+    out = {}
+    for lr in lrs:
+        step = train_step(log_model, GaussianNLL(), make_opt(lr))
+        state, reports = step.run(step.init(jnp.zeros(d)), Xs, Ys)
+        out[lr] = (np.asarray(reports.loss) - L_star, np.exp(np.asarray(state.params)))
+    return out
+
+
+logs = {"gd in s": in_logs(gd, [0.5, 1.0, 2.5]), "adam in s": in_logs(adam, [0.03, 0.1, 0.3, 1.0])}
+for lr, (ex, v) in logs["gd in s"].items():  # gd on s = log v is the log-barrier move on v
+    same = np.max(np.abs(ex - barrier[lr]["excess"]))
+    print(f"gd in s, lr {lr:<4g}: final L − L* {'< 1e-10' if ex[-1] < 1e-10 else f'{ex[-1]:.2e}'}; "
+          f"its losses differ from LogBarrier's at the same rate by at most {'< 1e-9' if same < 1e-9 else f'{same:.1e}'}")
+    assert same < 1e-9
+for lr, (ex, v) in logs["adam in s"].items():
+    print(f"adam in s, lr {lr:<4g}: final L − L* {ex[-1]:.1e}")
+best = min(logs["adam in s"], key=lambda lr: logs["adam in s"][lr][0][-1])
+print(f"adam in s, best rate of the sweep {best:g}: final L − L* {logs['adam in s'][best][0][-1]:.1e}; "
+      f"gd in s (= LogBarrier) at 1: {'< 1e-10' if logs['gd in s'][1.0][0][-1] < 1e-10 else 'above 1e-10'}")
+assert all(logs["adam in s"][lr][0][-1] < 1e-7 for lr in (0.1, 0.3, 1.0))  # Adam in s converges too
+assert logs["gd in s"][1.0][0][-1] < logs["adam in s"][best][0][-1]  # gd in s ends closer
+""", stable=True),
+    md("""
+So what rescues the small variances is the coordinates, not a metric as such: gradient
+descent in $\\log v$ *is* the log barrier's move, and Adam in $\\log v$ converges as well
+(at the rates printed above; within 200 steps it ends further from $L^*$ than gd in $\\log v$
+at rate 1). Only in the coordinates $v$ do straight moves, adaptive or not, fail.
+"""),
     md("""
 The same in the training loop: `train_step` with `gd(2.5, metric=LogBarrier())` and with plain
 `gd(2.5)` (refusing, not backtracking). At $v_0 = 1$ the two inner products coincide
@@ -1285,20 +1366,23 @@ Kiela (2017) embedded hierarchies in the Poincaré ball $\\{x : \\|x\\| < 1\\}$ 
 $g_x = \\lambda(x)^2 I$, $\\lambda(x) = 2/(1 - \\|x\\|^2)$, and found low-dimensional hyperbolic
 embeddings that reconstruct the edges better than Euclidean ones. Here `Poincare` (whose sharp
 is $c/\\lambda^2$ and whose move is the exponential map by Möbius addition, which cannot leave
-the ball) is set against the free embedding in $\\mathbb R^d$ trained by `gd` (Euclidean) and by
-`adam`, in 2 and 5 dimensions, on two trees of 63 nodes made here: the complete binary tree of
+the ball) and Riemannian Adam on the same ball (`riemannian_adam`, Bécigneul and Ganea 2019)
+are set against the free embedding in $\\mathbb R^d$ trained by `gd` (Euclidean) and by `adam`,
+in 2 and 5 dimensions, on two trees of 63 nodes made here: the complete binary tree of
 depth 5 and a random recursive tree.
 
 The loss (Nickel and Kiela's): for each edge $(u, v)$, both ways,
 $-\\log\\bigl(e^{-d(u,v)} / \\sum_{w} e^{-d(u,w)}\\bigr)$, the sum over $v$ and the non-neighbours
-of $u$; full batches, 300 steps, 3 initial points drawn uniformly in $[-10^{-3}, 10^{-3}]^d$.
+of $u$; full batches, 300 steps, 10 initial points drawn uniformly in $[-10^{-3}, 10^{-3}]^d$.
 The measures: for each node $u$ and each neighbour $v$, the rank of $v$ among the
 non-neighbours of $u$ by distance (mean rank, 1 is perfect), and the average precision of
-$u$'s neighbours in that order (mean average precision, MAP, 1 is perfect). Each method's
-learning rate is chosen from its sweep by MAP: the smallest rate whose median MAP over the
-initial points is within 0.01 of the best; each sweep extends until a smaller and a larger
-rate both have a lower MAP (asserted), except above a rate whose MAP is already 1 (every
-edge reconstructed), which no rate can beat.
+$u$'s neighbours in that order (mean average precision, MAP, 1 is perfect). A rate's score is
+its **worst** initial point's MAP (a seed whose embedding or loss is not finite diverged, and
+spoils it). Each method's learning rate is chosen from its sweep (rates a factor 2 apart,
+refined to √2 on both sides of the chosen one): the smallest rate whose score is within 0.01
+(the study's tie tolerance) of the best; a smaller and a larger rate must score lower
+(asserted), except in a sweep whose best score is 1 (every edge reconstructed on every seed),
+which no rate can beat.
 """),
     code("""
 import jax
@@ -1308,10 +1392,11 @@ import numpy as np
 from jax import lax
 
 from categories import Covector, OpenBall, Product, R
-from lenses import LossFamily, ParaLens, Poincare, adam, gd, train_step
+from lenses import LossFamily, ParaLens, Poincare, adam, gd, riemannian_adam, train_step
 
 plt.rcParams["figure.dpi"] = 72
-N, STEPS, SEEDS = 63, 300, range(3)
+N, STEPS, SEEDS = 63, 300, range(10)
+TIE = 0.01  # MAPs closer than this are a tie
 
 
 def balanced_tree(branching=2, depth=5):
@@ -1417,19 +1502,27 @@ def euclidean_runs(d, make_opt):
     return run
 
 
-def poincare_runs(d):
-    \"\"\"The same with u(x) = R_x(−η (x')♯) node by node, ♯ and R of `Poincare` on OpenBall(0, 1)
-    ⊂ R^d (one slot per node: checked below against train_step on a product of balls).\"\"\"
-    ball, metric = OpenBall(np.zeros(d), 1.0), Poincare()
-
-    def move(x, c, lr):
-        return metric.retract(x, -lr * metric.sharp(x, Covector(c, ball)).value, ball)
+def poincare_runs(d, make_opt=gd):
+    \"\"\"The same with make_opt(lr, metric=Poincare(ball)) node by node: its move and the
+    metric's retraction R_x on OpenBall(0, 1) ⊂ R^d, each node its own ball (its own factor
+    manifold, as in a product of balls: checked below against train_step for gd), rates and
+    initial points vmapped, one compilation.\"\"\"
+    ball = OpenBall(np.zeros(d), 1.0)
 
     def one(lr, emb, U, V, cand):
-        def body(emb, _):
+        opt = make_opt(lr, metric=Poincare(ball))
+
+        def move(s, x, c):
+            s, v = opt.move(s, x, Covector(c, ball))
+            return s, opt.retract(x, v, ball)
+
+        def body(carry, _):
+            s, emb = carry
             loss, c = jax.value_and_grad(edge_loss)(emb, U, V, cand, True)
-            return jax.vmap(move, (0, 0, None))(emb, c, lr), loss
-        return lax.scan(body, emb, None, length=STEPS)
+            s, emb = jax.vmap(move)(s, emb, c)
+            return (s, emb), loss
+        (_, emb), losses = lax.scan(body, (jax.vmap(opt.init)(emb), emb), None, length=STEPS)
+        return emb, losses
     return jax.jit(jax.vmap(jax.vmap(one, (None, 0, None, None, None)), (0, None, None, None, None)))
 """),
     code("""
@@ -1466,79 +1559,135 @@ print("train_step on a product of 7 balls against the loop, node by node: the sa
       f"float32 rounding (max difference below 1e-5: {gap < 1e-5})")
 """, stable=True),
     code("""
-LRS = {"Poincaré, gd": [1.0, 3.0, 10.0, 30.0], "Euclidean, gd": [3.0, 10.0, 30.0, 100.0, 300.0, 1000.0],
-       "Euclidean, adam": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]}
+def rates(lo, hi):
+    \"\"\"lo, 2·lo, … up to hi; `sweep` adds the rates a factor √2 on both sides of the chosen one.\"\"\"
+    return [float(f"{lo * 2 ** i:.3g}") for i in range(int(round(np.log2(hi / lo))) + 1)]
 
 
-def choose(maps):
-    \"\"\"The smallest rate whose median MAP over the seeds is within 0.01 of the best median.\"\"\"
-    med = np.median(maps, axis=1)
-    return int(np.flatnonzero(med >= med.max() - 0.01)[0])
+LRS = {"Poincaré, gd": rates(0.5, 64), "Poincaré, radam": rates(1 / 64, 2),
+       "Euclidean, gd": rates(2, 2048), "Euclidean, adam": rates(1 / 32, 32)}
+
+
+def score(rec):
+    \"\"\"A rate's score: its worst seed's MAP (−inf where a seed diverged: NaN MAP).\"\"\"
+    return np.where(np.all(np.isfinite(rec[..., 1]), 1), np.min(rec[..., 1], 1), -np.inf)
+
+
+def choose(s):
+    \"\"\"The smallest rate whose score is within TIE of the best.\"\"\"
+    return int(np.flatnonzero(s >= s.max() - TIE)[0])
+
+
+def sweep(run, lrs, inits, g, hyperbolic):
+    \"\"\"Every rate of lrs, then the rates a factor √2 on either side of the chosen one (until
+    both are there): per rate × seed the final embedding, its (mean rank, MAP) and final loss.\"\"\"
+    done = {}
+
+    def measure(new):
+        embs, losses = map(np.asarray, run(jnp.asarray(new, jnp.float32), inits, g["U"], g["V"], g["cand"]))
+        for lr, e, l in zip(new, embs, losses):
+            ok = np.isfinite(e).all((1, 2)) & np.isfinite(l[:, -1])
+            rec = np.array([reconstruction(x, g, hyperbolic) if f else (np.nan, np.nan)
+                            for x, f in zip(e, ok)])
+            done[lr] = (e, rec, l[:, -1])
+
+    measure(list(lrs))
+    while True:
+        grid = sorted(done)
+        s = score(np.array([done[lr][1] for lr in grid]))
+        k = choose(s)
+        new = [x for x in (grid[k] / 2 ** 0.5, grid[k] * 2 ** 0.5)
+               if min(abs(np.log(x / lr)) for lr in grid) > 0.1]
+        new = [float(f"{x:.3g}") for x in new if grid[0] < x < grid[-1]]
+        if not new:
+            return grid, k, s, done
+        measure(new)
 
 
 results = {}
 for d in (2, 5):
-    runs = {"Poincaré, gd": poincare_runs(d), "Euclidean, gd": euclidean_runs(d, gd),
-            "Euclidean, adam": euclidean_runs(d, adam)}
+    runs = {"Poincaré, gd": poincare_runs(d), "Poincaré, radam": poincare_runs(d, riemannian_adam),
+            "Euclidean, gd": euclidean_runs(d, gd), "Euclidean, adam": euclidean_runs(d, adam)}
     inits = jnp.stack([jax.random.uniform(jax.random.PRNGKey(s), (N, d), minval=-1e-3, maxval=1e-3)
                        for s in SEEDS])
     for tree, g in TREES.items():
         for name, run in runs.items():
-            embs, losses = map(np.asarray, run(jnp.asarray(LRS[name]), inits, g["U"], g["V"], g["cand"]))
-            rec = np.array([[reconstruction(e, g, name.startswith("Poincaré")) for e in row]
-                            for row in embs])  # rate × seed × (mean rank, MAP)
-            k = choose(rec[..., 1])
-            results[d, tree, name] = dict(k=k, lr=LRS[name][k], rec=rec, emb=embs[k, 0],
-                                          map=float(np.median(rec[k, :, 1])),
-                                          rank=float(np.median(rec[k, :, 0])),
-                                          loss=float(np.median(losses[k, :, -1])),
-                                          radius=float(np.max(np.linalg.norm(embs[k], axis=-1))))
+            grid, k, s, done = sweep(run, LRS[name], inits, g, name.startswith("Poincaré"))
+            embs, rec, loss = done[grid[k]]
+            results[d, tree, name] = dict(k=k, lr=grid[k], lrs=grid, score=s, emb=embs[0], maps=rec[:, 1],
+                                          map=float(s[k]), rank=float(np.max(rec[:, 0])),
+                                          loss=float(np.median(loss)),
+                                          radius=float(np.max(np.linalg.norm(embs, axis=-1))))
 
-print(f"{STEPS} full-batch steps, median over {len(SEEDS)} initial points; the rate chosen by MAP")
-print(f"{'d':>2} {'tree':27s} {'method':16s} {'lr':>6} {'MAP':>6} {'mean rank':>9} {'loss':>6} "
-      f"{'radius':>7}   median MAP at each rate of the sweep")
+print(f"{STEPS} full-batch steps, {len(SEEDS)} initial points; a rate's score is its worst seed's MAP; "
+      f"the rate chosen by it (ties: within {TIE})")
+print(f"{'d':>2} {'tree':27s} {'method':16s} {'lr':>6} {'MAP: worst seed [median, best]':>30} "
+      f"{'worst rank':>10} {'radius':>7}")
 for (d, tree, name), r in results.items():
-    sweep = " ".join(f"{lr:g}:{m:.3f}" for lr, m in zip(LRS[name], np.median(r["rec"][..., 1], 1)))
-    print(f"{d:2d} {tree:27s} {name:16s} {r['lr']:6g} {r['map']:6.3f} {r['rank']:9.2f} "
-          f"{r['loss']:6.3f} {r['radius']:7.3g}   {sweep}")
-"""),
+    maps = r["maps"]
+    print(f"{d:2d} {tree:27s} {name:16s} {r['lr']:6.3g} {maps.min():.3f} [med {np.median(maps):.3f}, "
+          f"max {maps.max():.3f}] {r['rank']:10.2f} " + (f"{r['radius']:7.3g}" if r["radius"] >= 1 else
+                                                          f"1−{1 - r['radius']:.0e}"))
+print("sweeps (worst seed's MAP at each rate; div: a seed's embedding or loss not finite):")
+for (d, tree, name), r in results.items():
+    print(f"{d:2d} {tree[:8]:8s} {name:16s} " + " ".join(
+        f"{lr:g}:" + ("div" if s == -np.inf else f"{s:.3f}") for lr, s in zip(r["lrs"], r["score"])))
+""", stable=True),
     code("""
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
+def mobius_add(x, y):
+    xy, xx, yy = x @ y, x @ x, y @ y
+    return ((1 + 2 * xy + yy) * x + (1 - xx) * y) / (1 + 2 * xy + xx * yy)
+
+
+def geodesic(a, b, n=40):
+    \"\"\"Points of the Poincaré geodesic from a to b: a ⊕ tanh(t artanh ‖w‖) w/‖w‖, w = (−a) ⊕ b,
+    t ∈ [0, 1] (an arc of a circle orthogonal to the boundary, or a diameter).\"\"\"
+    w = mobius_add(-a, b)
+    r = np.linalg.norm(w)
+    if r == 0:
+        return np.array([a, b])
+    return np.array([mobius_add(a, np.tanh(t * np.arctanh(min(r, 1 - 1e-7))) * w / r)
+                     for t in np.linspace(0, 1, n)])
+
+
+fig, axes = plt.subplots(1, 4, figsize=(13, 3.6))
 g = TREES["balanced (binary, depth 5)"]
 for ax, name in zip(axes, LRS):
     r = results[2, "balanced (binary, depth 5)", name]
-    e = r["emb"]
+    e = r["emb"].astype(np.float64)
     for u, v in zip(g["U"], g["V"]):
-        if u < v:
-            ax.plot(*e[[u, v]].T, "k-", lw=0.5)
+        if u < v:  # edges as geodesics: circle arcs in the disc, segments in the plane
+            ax.plot(*(geodesic(e[u], e[v]) if name.startswith("Poincaré") else e[[u, v]]).T, "k-", lw=0.5)
     depth = np.floor(np.log2(np.arange(N) + 1)).astype(int)
     ax.scatter(*e.T, c=depth, s=12, cmap="viridis", zorder=3)
     if name.startswith("Poincaré"):
         ax.add_patch(plt.Circle((0, 0), 1.0, fill=False, color="grey"))
         ax.set_xlim(-1.05, 1.05), ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
-    ax.set_title(f"{name}, lr {r['lr']:g}: MAP {r['map']:.3f}", fontsize=9)
-fig.suptitle("the balanced tree in 2 dimensions (colour: depth; the disc's boundary in grey)", fontsize=9)
+    ax.set_title(f"{name}, lr {r['lr']:g}: worst MAP {r['map']:.3f}", fontsize=9)
+fig.suptitle("the balanced tree in 2 dimensions, seed 0 (colour: depth; the disc's boundary in grey; "
+             "edges drawn as geodesics)", fontsize=9)
 fig.tight_layout()
 plt.show()
 """),
     md("""
 ## What the numbers show
 
-On these small trees the Poincaré disc does **not** beat the plane across the board, and the
-table says why. In 2 dimensions, on the random recursive tree the Poincaré embedding
-reconstructs the edges better than Euclidean gradient descent (MAP about 0.95 against 0.94),
-but Adam in the plane does better still; on the complete binary tree Euclidean gradient
-descent reaches about 0.99 against the disc's 0.92. In 5 dimensions both Euclidean
-optimisers reconstruct every edge (MAP 1) and the disc does not. Sixty-three nodes fit in the
-plane: the Euclidean embeddings spread out to a radius of 13 to 60 (the column radius), which
-drives the softmax loss down without any curvature. The Poincaré embeddings instead press
-their leaves against the boundary (radius 0.998): with a fixed learning rate the Riemannian
-step in the ball's own coordinates is $\\eta\\,(1 - \\|x\\|^2)^2/4$ times the Euclidean one, so
-near the boundary the leaves barely move apart, and in float32 the move is clamped just inside
-the ball (a margin of a few ulps). Nickel and Kiela's gains are on hierarchies of tens of
-thousands of nodes, far larger than a 2-dimensional plane can hold at these distances, and with
-a burn-in phase at a low rate; neither is reproduced here (each notebook must run in seconds).
+On these small trees the Poincaré disc does **not** beat the plane across the board. The cell
+below prints, for each dimension and tree, the methods in order of their score (the worst
+seed's MAP) with the ties (within 0.01) marked, and checks the statements of this paragraph.
+In 5 dimensions both Euclidean optimisers reconstruct every edge on every seed (worst MAP
+within the tie tolerance of 1) and both Poincaré optimisers score lower by more than it. Sixty-three nodes fit in the plane: the Euclidean embeddings
+spread out to radii far above 1 (the range is printed), which drives the softmax loss down
+without any curvature. The Poincaré embeddings instead press their leaves against the
+boundary: with a fixed learning rate the Riemannian step in the ball's own coordinates is
+$\eta\,(1 - \|x\|^2)^2/4$ times the Euclidean one, so near the boundary the leaves barely
+move apart, and in float32 the move is clamped just inside the ball (a margin of a few ulps).
+Riemannian Adam (`riemannian_adam`, Bécigneul and Ganea 2019), whose step is measured in the
+ball's own norm, is the practitioner's answer to that; the table shows how far it goes here.
+Nickel and Kiela's gains are on hierarchies of tens of thousands of nodes, far larger than a
+2-dimensional plane can hold at these distances, and with a burn-in phase at a low rate;
+neither is reproduced here (each notebook must run in seconds).
 """),
     code("""
 def r(d, tree, name):
@@ -1546,24 +1695,31 @@ def r(d, tree, name):
 
 
 B, T = "balanced (binary, depth 5)", "random recursive"
+for (d, tree) in [(d, t) for d in (2, 5) for t in (B, T)]:
+    ranked = sorted(LRS, key=lambda n: -r(d, tree, n)["map"])
+    top = r(d, tree, ranked[0])["map"]
+    print(f"{d} {tree[:8]:8s}: " + " ≥ ".join(
+        f"{n} {r(d, tree, n)['map']:.3f}" + (" (tie with the best)" if 0 < top - r(d, tree, n)["map"] < TIE else "")
+        for n in ranked))
 for key, res in results.items():  # every Poincaré point is inside the ball; the moves never left it
     assert not key[2].startswith("Poincaré") or res["radius"] < 1.0
-# 2 dimensions: the disc beats Euclidean gd on the random tree, not on the balanced one
-assert r(2, T, "Poincaré, gd")["map"] > r(2, T, "Euclidean, gd")["map"]
-assert r(2, B, "Euclidean, gd")["map"] > r(2, B, "Poincaré, gd")["map"] + 0.03
-assert r(2, T, "Euclidean, adam")["map"] > r(2, T, "Poincaré, gd")["map"]
-# 5 dimensions: the plane's embeddings are perfect, the disc's are not
+# 5 dimensions: the plane's embeddings reconstruct every edge on every seed to within the
+# tie tolerance, and both beat both Poincaré optimisers by more than it
 for tree in (B, T):
-    assert r(5, tree, "Euclidean, adam")["map"] == 1.0 and r(5, tree, "Poincaré, gd")["map"] < 1.0
+    euclid = min(r(5, tree, n)["map"] for n in LRS if n.startswith("Euclidean"))
+    ball = max(r(5, tree, n)["map"] for n in LRS if n.startswith("Poincaré"))
+    assert euclid >= 1 - TIE and euclid > ball + TIE, tree
 # why: the Euclidean embeddings spread far out, the Poincaré ones press against the boundary
-assert min(r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "Euclid" in n) > 10
-assert min(r(d, t, "Poincaré, gd")["radius"] for d in (2, 5) for t in (B, T)) > 0.99
-# every chosen rate is interior to its sweep: a smaller and a larger rate have a lower median
-# MAP, unless the chosen rate's MAP is 1 (then no larger rate can do better)
+radii = [r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "Euclid" in n]
+print(f"radius of the Euclidean embeddings: {min(radii):.3g} to {max(radii):.3g}; of the Poincaré ones: "
+      f"{min(r(d, t, n)['radius'] for d in (2, 5) for t in (B, T) for n in LRS if 'Poincaré' in n):.3g} and above")
+assert min(radii) > 5
+# every chosen rate is interior to its sweep: a smaller and a larger rate score lower, unless
+# the sweep's best score is 1 (every edge on every seed: no rate can do better)
 for key, res in results.items():
-    med, k = np.median(res["rec"][..., 1], 1), res["k"]
-    assert np.any(med[:k] < med[k]) and (np.any(med[k + 1:] < med[k]) or med[k] == 1.0), (key, med)
-print("claims: hold; every chosen rate is interior to its sweep (or its MAP is 1)")
+    s, k = res["score"], res["k"]
+    assert np.any(s[:k] < s[k]) and (np.any(s[k + 1:] < s[k]) or s.max() == 1.0), (key, res["lrs"], s)
+print("claims: hold; every chosen rate is interior to its sweep (or the sweep's best worst-seed MAP is 1)")
 """, stable=True),
 ]
 
@@ -1714,32 +1870,49 @@ plt.show()
 for name, s in stats.items():
     print(f"{name}: angle to Newton's direction, Fisher max {s['aF'].max():.1e}°, empirical Fisher "
           f"median {np.median(s['aEF']):.0f}° max {s['aEF'].max():.0f}°; "
-          f"length EF/F median {np.median(s['ratio']):.2g}")
+          f"length EF/F median over the grid {np.median(s['ratio']):.2g}")
+# Near the optimum of the misspecified regression: the grid points within 0.5 of θ* (the
+# least-squares solution, numpy's lstsq: the oracle)
+theta_star = np.linalg.lstsq(Xr.astype(float), Yr[:, 0].astype(float), rcond=None)[0]
+near = np.linalg.norm(grid - theta_star, axis=1) < 0.5
+ratio_near = stats["linear regression, noise σ = 2"]["ratio"][near]
+print(f"linear regression near θ* ({near.sum()} grid points within 0.5): length EF/F from "
+      f"{ratio_near.min():.2f} to {ratio_near.max():.2f}; 1/σ² = 0.25")
 """),
     md("""
 The Fisher's field is Newton's in all three problems (to float32 rounding), as the theory
 says for these models. The empirical Fisher's turns away from it, by tens of degrees in the
 median on the logistic problems and by more than a right angle at some points of the
-separable one; and under the misspecified noise it is also much shorter (about $1/\\sigma^2$ of
-Newton's step near the optimum), so it needs a larger learning rate to make the same progress.
+separable one; and under the misspecified noise it is also much shorter near the optimum, by
+about $1/\\sigma^2$ (the range over the grid points near $\\theta^*$ is printed above), so it
+needs a larger learning rate to make the same progress.
 
 ## Trajectories and steps to a target
 
-From three starting points, `gd(lr, metric=...)` with each inner product, and `adam` and
+From ten starting points (three fixed ones, drawn in the figure, and seven drawn uniformly in
+$[-2.5, 2.5]^2$), `gd(lr, metric=...)` with each inner product, and `adam` and
 `optax.rmsprop` (through `from_optax`) as baselines; 100 full-batch steps. The target is
 $L(\\theta^*) + 10^{-3}$, with $\\theta^*$ from Newton's method on the hand-written loss (on the
-separable set the infimum is 0 and the target is 0.05). Each method's rate is the smallest of
-its sweep with the fewest steps to the target (median over the starts; "never": not within
-100 steps).
+separable set the infimum is 0 and the target is 0.05). A run that diverges (its loss above
+twice its initial loss, or not finite) counts as never reaching the target. A rate's score is
+its **worst** start's steps to the target ("never": not within 100 steps); each method's rate
+is the smallest of its sweep with the best score, the sweep's rates a factor 2 apart and
+refined to √2 on both sides of the chosen one.
 """),
     code("""
-STEPS, STARTS = 100, np.array([[-2.5, 2.5], [2.5, 2.5], [0.0, -2.5]], np.float32)
+STEPS = 100
+STARTS = np.concatenate([[[-2.5, 2.5], [2.5, 2.5], [0.0, -2.5]],
+                         np.random.default_rng(2).uniform(-2.5, 2.5, (7, 2))]).astype(np.float32)
 OPTS = {"Euclidean": lambda lr: gd(lr), "Fisher": lambda lr: gd(lr, metric=Fisher(damping=LAMBDA)),
         "empirical Fisher": lambda lr: gd(lr, metric=Fisher(damping=LAMBDA, empirical=True)),
         "adam": adam, "optax.rmsprop": lambda lr: from_optax(rmsprop(lr))}
-LRS = {"Euclidean": [0.1, 0.3, 1, 3, 10, 30], "Fisher": [0.3, 0.5, 1.0, 1.5, 2.0],
-       "empirical Fisher": [0.1, 0.3, 1.0, 3.0, 10.0, 30.0], "adam": [0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
-       "optax.rmsprop": [0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]}
+def rates(lo, hi):
+    \"\"\"lo, 2·lo, … up to hi, to 3 significant digits.\"\"\"
+    return [float(f"{lo * 2 ** i:.3g}") for i in range(int(round(np.log2(hi / lo))) + 1)]
+
+
+LRS = {"Euclidean": rates(1 / 16, 32), "Fisher": rates(1 / 8, 4), "empirical Fisher": rates(1 / 16, 64),
+       "adam": rates(1 / 16, 128), "optax.rmsprop": rates(1 / 32, 128)}
 
 
 def runner(fam, make_opt):
@@ -1774,8 +1947,12 @@ def path(fam, make_opt, lr, theta0, X, Y, steps=30):
 
 
 def to_target(losses, target):
-    hit = np.flatnonzero(losses <= target)
-    return int(hit[0]) if hit.size else np.inf  # steps taken before the loss is ≤ target
+    \"\"\"Steps taken before the loss is first ≤ target, inf if never; a run that diverges first
+    (its loss above twice its initial loss, or not finite) never gets there.\"\"\"
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~np.isfinite(losses) | (losses > 2 * losses[0]))
+    hit = np.flatnonzero(losses[:bad[0] if bad.size else None] <= target)
+    return int(hit[0]) if hit.size else np.inf
 
 
 runners = {(fam, o): runner(fam, OPTS[o]) for fam in (half_squared_error, binary_cross_entropy) for o in OPTS}
@@ -1799,19 +1976,31 @@ study = {}
 for name, (fam, X, Y) in PROBLEMS.items():
     study[name] = {}
     for o in OPTS:
-        losses = runners[fam, o](LRS[o], STARTS, X, Y)
-        steps = np.array([[to_target(l, TARGETS[name]) for l in row] for row in losses])
-        med = np.median(steps, axis=1)
-        k = int(np.flatnonzero(med == med.min())[0])  # the smallest rate with the fewest steps
-        study[name][o] = dict(k=k, lr=LRS[o][k], med=med, losses=losses[k])
+        done = {}  # rate ↦ steps to the target per start
+        new = LRS[o]
+        while new:
+            for lr, row in zip(new, runners[fam, o](new, STARTS, X, Y)):
+                done[lr] = np.array([to_target(l, TARGETS[name]) for l in row])
+            grid = sorted(done)
+            worst = np.array([done[lr].max() for lr in grid])
+            k = int(np.flatnonzero(worst == worst.min())[0])  # the smallest rate with the best score
+            new = [float(f"{x:.3g}") for x in (grid[k] / 2 ** 0.5, grid[k] * 2 ** 0.5)
+                   if grid[0] < x < grid[-1] and min(abs(np.log(x / lr)) for lr in grid) > 0.1]
+        study[name][o] = dict(k=k, lr=grid[k], lrs=grid, med=worst, steps=done[grid[k]])
 """),
     code("""
+def n(v):
+    return "never" if v == np.inf else str(int(v))
+
+
 for name, res in study.items():
-    print(f"{name}: steps to loss ≤ {TARGETS[name]:.4g} (median over {len(STARTS)} starts), at each rate")
+    print(f"{name}: steps to loss ≤ {TARGETS[name]:.4g}, {len(STARTS)} starts: chosen rate, worst start, "
+          "starts that fail ('never' or diverged), steps per start; then the worst start at each rate")
     for o, r in res.items():
-        sweep = "  ".join(f"{lr:g}:{'never' if m == np.inf else int(m)}" for lr, m in zip(LRS[o], r["med"]))
-        m = r["med"][r["k"]]
-        print(f"  {o:17s} lr {r['lr']:<5g} {('never' if m == np.inf else int(m))!s:>5}   sweep {sweep}")
+        s = r["steps"]
+        print(f"  {o:17s} lr {r['lr']:<6g} worst {n(s.max()):>5}  fail {int(np.sum(s == np.inf))}/{len(s)}  "
+              f"[{' '.join(n(v) for v in s)}]")
+        print(f"  {'':17s} sweep " + " ".join(f"{lr:g}:{n(m)}" for lr, m in zip(r["lrs"], r["med"])))
 """, stable=True),
     code("""
 fig, axes = plt.subplots(1, 3, figsize=(12, 4))
@@ -1822,7 +2011,7 @@ for ax, (name, (fam, X, Y)) in zip(axes, PROBLEMS.items()):
     ax.contour(a, a, np.log(Z), 15, colors="grey", linewidths=0.5)
     for i, o in enumerate(("Euclidean", "Fisher", "empirical Fisher")):
         r = study[name][o]
-        for j, start in enumerate(STARTS):
+        for j, start in enumerate(STARTS[:3]):  # the three fixed starts
             th = path(fam, OPTS[o], r["lr"], start, X, Y)
             ax.plot(*np.clip(th[:30], -3, 3).T, f"C{i}.-", ms=3, lw=0.8,
                     label=f"{o} (lr {r['lr']:g})" if j == 0 else None)
@@ -1832,29 +2021,33 @@ fig.tight_layout()
 plt.show()
 """),
     md("""
-On the quadratic problem the Fisher step at rate 1 is Newton's and lands on $\\theta^*$ in one
-step; the empirical Fisher needs a rate near 3 (about $\\sigma^2$, undoing its $\\sigma^2$ scale)
-and several steps, since its direction is also off. On the overlapping logistic problem the two
-are close in steps (the undamped Newton step at rate 1 overshoots from the far starts, so the
-Fisher's best rate is 0.5). On the separable set every method reaches the small target
-quickly, and larger rates keep helping (the loss has no minimiser: any long enough step along
-a separating direction lowers it), so no sweep there has an interior optimum, and none is
-claimed. Nor on the regression for `optax.rmsprop`: its median steps fall to 4 at rate 10 and
-stay at 4 up to rate 100, the top of its sweep, so it is left out of the interior claim. The
-claims, asserted:
+On the misspecified regression the Fisher step at rate 1 is Newton's and lands on $\\theta^*$ in
+one step from every start; every other method needs more, the empirical Fisher at a rate
+near $\\sigma^2$ (undoing its $\\sigma^2$ scale). The Fisher's exact curvature does not win the
+race everywhere, though: on both logistic problems the empirical Fisher reaches the target in
+fewer steps (on the worst start) than the Fisher, whose undamped Newton step overshoots from
+the far starts, so that its rate must be small. On the separable set the loss has no
+minimiser (any long enough step along a separating direction lowers it), and no interior
+optimum of any sweep is claimed there. The cell below prints each comparison and checks it:
 """),
     code("""
 for name, s in stats.items():  # the Fisher's direction is Newton's; the empirical Fisher's is not
     assert s["aF"].max() < 0.5 and s["aEF"].max() > 30, name
 reg, over = study["linear regression, noise σ = 2"], study["logistic regression, overlapping classes"]
 assert np.median(stats["linear regression, noise σ = 2"]["ratio"]) < 0.5  # misspecified: too short
+assert 0.5 / 4 < ratio_near.min() and ratio_near.max() < 1.5 / 4  # ≈ 1/σ² = 1/4 near θ*
 assert reg["Fisher"]["lr"] == 1.0 and reg["Fisher"]["med"][reg["Fisher"]["k"]] == 1  # one Newton step
 assert all(r["med"][r["k"]] > 1 for o, r in reg.items() if o != "Fisher")
+worst = {name: {o: r["med"][r["k"]] for o, r in res.items()} for name, res in study.items()}
+for name, w in worst.items():
+    f, ef = w["Fisher"], w["empirical Fisher"]
+    print(f"{name}: worst start's steps, Fisher {n(f)}, empirical Fisher {n(ef)}: "
+          + ("the Fisher fewer" if f < ef else "the empirical Fisher fewer" if ef < f else "a tie"))
+assert worst["linear regression, noise σ = 2"]["Fisher"] < worst["linear regression, noise σ = 2"]["empirical Fisher"]
+for name in ("logistic regression, overlapping classes", "logistic regression, separable classes"):
+    assert worst[name]["empirical Fisher"] < worst[name]["Fisher"], name
 for res in (reg, over):  # every chosen rate is interior: a smaller and a larger rate both do worse
     for o, r in res.items():
-        if o == "optax.rmsprop" and res is reg:
-            assert np.all(r["med"][-3:] == r["med"][r["k"]])  # the plateau the text reports
-            continue
         best, k = r["med"][r["k"]], r["k"]
         assert np.any(r["med"][:k] > best) and np.any(r["med"][k + 1:] > best), (o, r["med"])
 print("claims: hold")
