@@ -22,6 +22,8 @@ import weakref
 
 import numpy as np
 
+from categories.errors import UnsupportedError
+
 _ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), np.dtype)
 _OURS = ("categories", "lenses")  # packages whose objects are read attribute by attribute
 
@@ -117,7 +119,8 @@ class Shared:
             return self._strong
         for model in self._models:
             return model
-        raise ReferenceError("every model of this structure has been freed")
+        raise UnsupportedError("every model of this structure has been freed: keep a model (or its "
+                               "TrainStep) alive while its compiled step is used")
 
 
 _BY_KEY: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
