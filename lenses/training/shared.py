@@ -22,6 +22,8 @@ import weakref
 
 import numpy as np
 
+from categories.errors import KindError
+
 _ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), np.dtype)
 _OURS = ("categories", "lenses")  # packages whose objects are read attribute by attribute
 
@@ -117,7 +119,9 @@ class Shared:
             return self._strong
         for model in self._models:
             return model
-        raise ReferenceError("every model of this structure has been freed")
+        # unreachable through the library: whoever calls a core holds a model of its structure
+        raise KindError("a compiled step was called after every model of its structure was "
+                        "freed: keep the model (or the TrainStep, which holds it) while stepping")
 
 
 _BY_KEY: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
