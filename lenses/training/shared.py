@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from categories.errors import UnsupportedError
+from categories.errors import KindError
 
 _ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), np.dtype)
 _OURS = ("categories", "lenses")  # packages whose objects are read attribute by attribute
@@ -119,8 +119,9 @@ class Shared:
             return self._strong
         for model in self._models:
             return model
-        raise UnsupportedError("every model of this structure has been freed: keep a model (or its "
-                               "TrainStep) alive while its compiled step is used")
+        # unreachable through the library: whoever calls a core holds a model of its structure
+        raise KindError("a compiled step was called after every model of its structure was "
+                        "freed: keep the model (or the TrainStep, which holds it) while stepping")
 
 
 _BY_KEY: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
