@@ -1,5 +1,5 @@
-"""Four blind spots of the engine's suite (round three), each closed by a test that fails
-with a plausible slip planted:
+"""Four slips of the engine that the suite once missed, each caught by a test that fails
+with the slip planted:
 
 1. the slot a non-finite *new point* is attributed to, with several slots and only a later
    one overflowing (oracle: the new point computed by hand from jax.grad of the composite);
