@@ -1714,6 +1714,7 @@ radii = [r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "E
 print(f"radius of the Euclidean embeddings: {min(radii):.3g} to {max(radii):.3g}; of the Poincaré ones: "
       f"{min(r(d, t, n)['radius'] for d in (2, 5) for t in (B, T) for n in LRS if 'Poincaré' in n):.3g} and above")
 assert min(radii) > 5
+assert min(r(d, t, n)["radius"] for d in (2, 5) for t in (B, T) for n in LRS if "Poincaré" in n) > 0.99
 # every chosen rate is interior to its sweep: a smaller and a larger rate score lower, unless
 # the sweep's best score is 1 (every edge on every seed: no rate can do better)
 for key, res in results.items():
