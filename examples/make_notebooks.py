@@ -1681,7 +1681,7 @@ within the tie tolerance of 1) and both Poincaré optimisers score lower by more
 spread out to radii far above 1 (the range is printed), which drives the softmax loss down
 without any curvature. The Poincaré embeddings instead press their leaves against the
 boundary: with a fixed learning rate the Riemannian step in the ball's own coordinates is
-$\eta\,(1 - \|x\|^2)^2/4$ times the Euclidean one, so near the boundary the leaves barely
+$\\eta\\,(1 - \\|x\\|^2)^2/4$ times the Euclidean one, so near the boundary the leaves barely
 move apart, and in float32 the move is clamped just inside the ball (a margin of a few ulps).
 Riemannian Adam (`riemannian_adam`, Bécigneul and Ganea 2019), whose step is measured in the
 ball's own norm, is the practitioner's answer to that; the table shows how far it goes here.
