@@ -823,7 +823,7 @@ A parameter object is an open subset $P \\subseteq \\mathbb R^n$, not always all
 variances of a Gaussian model live in $\\mathrm{Positive}(d) = (0, \\infty)^d$. The plain
 update $p - \\eta\\,(p')^\\sharp$ is a straight move, and a long enough one leaves $P$; the
 library then refuses the step, or with `on_domain_error="backtrack"` halves the move until the
-point is inside. The alternative (`lenses.geometry`) is an inner product that knows the open
+point is inside. The alternative (`lenses.inner_products.geometry`) is an inner product that knows the open
 set, with a move along its own geometry that cannot leave it: on $\\mathrm{Positive}$ the
 Hessian of the log barrier, $g_p = \\mathrm{diag}(1/p^2)$, whose exponential map is the
 multiplicative update $p \\cdot \\exp(-\\eta\\, p\\, p')$. That move is gradient descent on

@@ -12,28 +12,28 @@ from categories._version import __version__  # one version for the distribution
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
-from .diagrams import diagram, draw, expression
-from .discopy_bridge import to_discopy, to_tikz
-from .discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
+from .drawing.diagrams import diagram, draw, expression
+from .bridges.discopy_bridge import to_discopy, to_tikz
+from .layers.discrete import KEY_SHAPE, Keys, Tokens, dropout, embedding, evaluation
 # The error catalogue is defined and listed once, in `categories` (`categories.errors`); it is
 # re-exported here so that `lenses.DomainError` is the same class, but not listed again below.
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError,  # noqa: F401
                      DimensionError, DomainError, HyperparameterError, KindError, LayoutError, MetricError, MissingExtraError,
                      NonFiniteError, ParalensError, ShapeError, SlotError, SpaceMismatch,
                      TargetError, TargetTypeError, UnsupportedError)
-from .external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax
+from .bridges.external import Wrapped, from_equinox, from_flax, from_function, to_equinox, to_flax
 from .families import LensFamily, family
-from .geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
-from .layers import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
+from .inner_products.geometry import BoxBarrier, InteriorMetric, LogBarrier, Poincare, SlotMetric
+from .layers.basic import (activation, avg_pool, bias, conv2d, dense, flatten, gelu, identity, linear,
                      max_pool, relu, residual, sigmoid, softmax, softplus, tanh)
 from .lens import Lens, as_lens, lens_identity, lens_of
 from .losses import (BinaryCrossEntropy, CallableFamily, HalfSquaredError, LossFamily,
                      SoftmaxCrossEntropy, batch_loss, binary_cross_entropy, dL, half_squared_error,
                      loss_family, softmax_cross_entropy)
-from .metrics import Constant, Context, Diagonal, Euclidean, Metric
-from .natural import Fisher, GaussNewton, output_fisher
-from .kfac import KFAC, KFACState
-from .instruments import check_metric, condition_number, kfac_error, metric_matrix, natural_angle
+from .inner_products.metrics import Constant, Context, Diagonal, Euclidean, Metric
+from .inner_products.natural import Fisher, GaussNewton, output_fisher
+from .inner_products.kfac import KFAC, KFACState
+from .inner_products.instruments import check_metric, condition_number, kfac_error, metric_matrix, natural_angle
 from .optimisers import (Optimiser, adagrad, adam, chain, from_optax, gd, momentum, nesterov,
                          scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                          scale_by_momentum, sharp)
@@ -41,9 +41,9 @@ from .optimisers.riemannian import riemannian_adam, scale_by_riemannian_adam
 from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
                         derived, n_params, tie, uses)
 from .recompute import Checkpointed, checkpoint
-from .recurrent import Tied, gru_cell, lstm_cell, rnn_cell, shift_step, unroll
+from .layers.recurrent import Tied, gru_cell, lstm_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked
-from .sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
+from .layers.sequence import (attention_core, layer_norm, multi_head_attention, position_embedding,
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
                        transformer_block)
 from .structure import add, copy, discard

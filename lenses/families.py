@@ -17,7 +17,7 @@ from typing import Callable
 from categories import Product, Space
 from categories.errors import KindError, SpaceMismatch
 
-from . import picture
+from .drawing import picture
 
 
 class LensFamily:

@@ -25,7 +25,7 @@ from categories import Product, R, smooth_identity as _smooth_identity
 from categories.laws import ATOL, RTOL, assert_close, law_registry
 from categories.linear import unwrap
 
-from . import layers
+from .layers import basic as layers
 from .lens import lens_identity as _lens_identity
 from .lens import lens_of as _lens_of
 from .para_lens import ParaLens, batched as _batched

@@ -34,7 +34,7 @@ from categories import para_tie as _tie_para
 from categories.linear import unwrap
 from categories.para import one_slot, slot_uses
 
-from . import picture
+from .drawing import picture
 
 tree_map = jax.tree_util.tree_map
 
@@ -136,7 +136,7 @@ class ParaLens(metaclass=_Builds):
       by structured metrics such as KFAC);
     - initial parameters: `init(key)`;
     - description: `term(inside)` (its term in the lens expression), `picture()` (its piece of
-      the string diagram, a `lenses.picture` term), `atoms()` (its primitive lenses).
+      the string diagram, a `lenses.drawing.picture` term), `atoms()` (its primitive lenses).
 
     Examples:
         >>> scale = ParaLens(R(2), R(2), R(), lambda a, p: p * a, name="scale")
@@ -225,7 +225,7 @@ class ParaLens(metaclass=_Builds):
         """Its string diagram as SVG, for notebooks (None, so the text is shown, without
         matplotlib)."""
         try:
-            from .diagrams import svg
+            from .drawing.diagrams import svg
             return svg(self)
         except ImportError:
             return None

@@ -18,7 +18,7 @@ from jax import lax
 
 from categories.spaces import dimension
 
-from . import picture
+from .drawing import picture
 
 from categories.errors import KindError
 

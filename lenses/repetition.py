@@ -29,7 +29,7 @@ from categories import Positive, Product, R, Space, draws
 from categories.errors import SpaceMismatch
 from categories.spaces import dimension
 
-from . import picture
+from .drawing import picture
 
 from .para_lens import ParaLens, need_lens
 

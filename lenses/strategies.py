@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from categories import OpenBox, Positive, Product, R, Smooth, Space
 from categories import strategies as cs
 
-from . import layers
+from .layers import basic as layers
 from .lens import lens_of
 from .losses import binary_cross_entropy, half_squared_error, softmax_cross_entropy
 from .para_lens import Layer, ParaLens, tie

@@ -17,7 +17,7 @@ from lenses import (KindError, Layer, add, batched, checkpoint, copy, dense, dis
                     linear, repeat, residual, rnn_cell, tanh, tie, unroll)
 
 markov = pytest.importorskip("discopy.markov")
-from lenses.discopy_bridge import PARAMETER, to_discopy, to_tikz  # noqa: E402
+from lenses.bridges.discopy_bridge import PARAMETER, to_discopy, to_tikz  # noqa: E402
 
 A = R(3)
 f = dense(3, 3)

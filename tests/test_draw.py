@@ -1,4 +1,4 @@
-"""lenses.diagrams: expressions, text string diagrams and matplotlib figures.
+"""lenses.drawing.diagrams: expressions, text string diagrams and matplotlib figures.
 
 Expected strings are written out by hand from the definitions (names, ≫, ⊗, spaces);
 the figure is inspected through the artists it contains.

@@ -16,7 +16,7 @@ from categories import R
 from lenses import (KFAC, Context, KindError, SpaceMismatch, batched, dense, fit, from_equinox,
                     from_flax, from_function, gd, half_squared_error, tanh, to_equinox, to_flax)
 from lenses.laws import assert_close
-from lenses.metrics import ravel, unflatten_like
+from lenses.inner_products.metrics import ravel, unflatten_like
 
 eqx = pytest.importorskip("equinox")
 nnx = pytest.importorskip("flax.nnx")

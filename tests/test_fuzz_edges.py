@@ -25,7 +25,7 @@ from categories import Covector, OpenBall, OpenBox, Positive, R, Vector
 from lenses import (CheckpointError, Euclidean, ParalensError, accuracy, batched,
                     checkpoint, conv2d, dense, fit, gd, half_squared_error, linear, load, predict,
                     repeat, save, softmax_cross_entropy, tanh, tie, train_step)
-from lenses.layers import bias
+from lenses.layers.basic import bias
 
 FUZZ = settings(max_examples=60, deadline=None)
 

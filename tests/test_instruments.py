@@ -14,7 +14,7 @@ from lenses import (KFAC, BoxBarrier, Constant, Context, Diagonal, Euclidean, Fi
                     InteriorMetric, LogBarrier, Metric, Poincare, SlotMetric, check_metric,
                     condition_number, dense, natural_angle,
                     softmax_cross_entropy, tanh)
-from lenses.metrics import translate
+from lenses.inner_products.metrics import translate
 
 jax.config.update("jax_enable_x64", True)
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from categories import Covector, R, Vector
 from lenses import (KFAC, Constant, Context, Diagonal, Euclidean, Fisher, GaussNewton, bias,
                     conv2d, dense, flatten, half_squared_error, softmax_cross_entropy, tanh)
-from lenses.metrics import ravel, unflatten_like
+from lenses.inner_products.metrics import ravel, unflatten_like
 
 jax.config.update("jax_enable_x64", True)
 
@@ -150,8 +150,8 @@ def test_an_undamped_singular_metric_refuses_to_sharpen():
 def test_metrics_does_not_import_natural():
     """The constant metrics are the base that natural.py builds on, not the other way round."""
     import ast
-    import lenses.metrics
+    import lenses.inner_products.metrics
 
-    tree = ast.parse(open(lenses.metrics.__file__, encoding="utf-8").read())
+    tree = ast.parse(open(lenses.inner_products.metrics.__file__, encoding="utf-8").read())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(m and m.split(".")[-1] == "natural" for m in imported)

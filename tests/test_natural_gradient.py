@@ -19,7 +19,7 @@ from categories import Covector, R, Smooth
 from lenses import (KFAC, Context, Euclidean, Fisher, GaussNewton, ParaLens,
                     binary_cross_entropy, dense, half_squared_error, identity,
                     softmax_cross_entropy, tanh)
-from lenses.metrics import ravel
+from lenses.inner_products.metrics import ravel
 
 jax.config.update("jax_enable_x64", True)
 

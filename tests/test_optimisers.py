@@ -17,7 +17,7 @@ from categories import Covector, R, Smooth, Vector, draws
 from categories.linear import unwrap
 from lenses import (Constant, Context, Diagonal, Euclidean, Metric, adagrad, adam, dense,
                     from_optax, gd, half_squared_error, momentum, nesterov, tanh, train_step)
-from lenses.metrics import ravel, unflatten_like
+from lenses.inner_products.metrics import ravel, unflatten_like
 from lenses.optimisers import (AdamState, EmptyState, MomentumState, Optimiser, chain,
                                scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                                scale_by_momentum, sharp)

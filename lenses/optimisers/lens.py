@@ -10,7 +10,7 @@ for optax's `trace` or `sgd(lr, momentum=β)`.
 Backward part `step(s, p, p')`: the covector p' goes through the parts in order, the first
 being `sharp(metric)` (evaluated at the lookahead point, where p' lives), and the point
 moves along the chain's output v to `metric.retract(p, v)`: p + v for the flat metrics, the
-exponential map or a retraction for those that know their open set (`lenses.geometry`),
+exponential map or a retraction for those that know their open set (`lenses.inner_products.geometry`),
 which stays inside it by construction; each part's state advances. The move is the one
 place the point changes, so every rule composes with every geometry.
 
@@ -32,7 +32,7 @@ from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 from categories.spaces import euclidean
 
-from ..metrics import translate
+from ..inner_products.metrics import translate
 from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
                      raise_outside)
 from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, is_part, value_key,

@@ -37,7 +37,7 @@ from categories import Covector, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 
-from ..metrics import Euclidean, Metric
+from ..inner_products.metrics import Euclidean, Metric
 
 tree_map = jax.tree_util.tree_map
 

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from categories import Vector
 from categories.errors import HyperparameterError, KindError
 
-from ..geometry import SlotMetric, _Ball
-from ..metrics import Diagonal, Euclidean
+from ..inner_products.geometry import SlotMetric, _Ball
+from ..inner_products.metrics import Diagonal, Euclidean
 from .lens import Optimiser
 from .parts import Part, check_decay, check_learning_rate, check_positive, sharp, value_key
 

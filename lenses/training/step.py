@@ -29,7 +29,7 @@ from categories import Covector, Product
 from categories.errors import ShapeError, SpaceMismatch
 
 from ..losses import batch_loss
-from ..metrics import Context
+from ..inner_products.metrics import Context
 from ..optimisers import check_params, slot_names
 from ..para_lens import batched, check_batch
 from .faults import slope, verdict

@@ -1,4 +1,4 @@
-"""Fuzzing, round two: the entry points tests/test_fuzz_edges.py does not reach (metric
+"""Fuzzing the layers and inner products: the entry points tests/test_fuzz_edges.py does not reach (metric
 constructors and methods, the geometry metrics' moves, the sequence, discrete and recurrent
 layers, user loss families). Each draws ≥ 50 inputs; the oracle of acceptance is written
 here (which inputs are valid) and, for accepted ones, the result is computed with numpy.
@@ -20,8 +20,8 @@ from lenses import (BoxBarrier, LogBarrier, ParalensError, Poincare, Tokens, bat
                     embedding, gru_cell, layer_norm, multi_head_attention, rnn_cell,
                     softmax_cross_entropy, half_squared_error, transformer_block, unroll)
 from lenses.losses import LossFamily, batch_loss
-from lenses.metrics import Constant, Diagonal, Euclidean
-from lenses.sequence import positionwise_dense
+from lenses.inner_products.metrics import Constant, Diagonal, Euclidean
+from lenses.layers.sequence import positionwise_dense
 
 FUZZ = settings(max_examples=50, deadline=None)
 

@@ -15,7 +15,7 @@ Markov categories: monoidal, with copy, merge and discard): it reads the lens's 
   its inside, titled as the frame, fed by the frame's parameter wire if it has one.
 
 A space is one wire per factor of a product (none for R^0), labelled by the space, as in
-`lenses.diagrams`. `to_tikz(lens)` writes the diagram with DisCoPy's TikZ backend. DisCoPy
+`lenses.drawing.diagrams`. `to_tikz(lens)` writes the diagram with DisCoPy's TikZ backend. DisCoPy
 is optional (`pip install 'paralens[diagrams]'`): it is imported when these are called.
 """
 
@@ -29,7 +29,7 @@ from functools import reduce
 from categories import Product
 from categories.errors import KindError, MissingExtraError
 
-from . import picture
+from ..drawing import picture
 
 #: the `data` of the state that feeds a parameter wire (tells it apart from a layer's box)
 PARAMETER = "parameter"

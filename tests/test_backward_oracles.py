@@ -1,4 +1,4 @@
-"""Seven blind spots of the law and oracle suites, each closed by a test that can fail.
+"""Blind spots of the law and oracle suites (backward parts against outside oracles), each closed by a test that can fail.
 
 Every expected value here comes from an oracle outside the code under test: `jax.vjp` /
 `jax.jacfwd` of the function written out in the test, `jax.grad` of the whole composite

@@ -14,7 +14,7 @@ batch loss.
   `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
   given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
   parameter covectors g_i.
-- `KFAC` (`lenses.kfac`): block diagonal over the layers that declare an affine structure
+- `KFAC` (`lenses.inner_products.kfac`): block diagonal over the layers that declare an affine structure
   (`Affine`: dense, linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`,
   wherever they sit; with the moving averages, update periods and adaptive damping of
   Martens & Grosse (2015).
@@ -37,9 +37,9 @@ import jax.numpy as jnp
 from categories import Covector, Vector
 from categories.linear import unwrap
 
-from .losses import dL, loss_family
+from ..losses import dL, loss_family
 from .metrics import Context, Metric, covector_value, ravel, unflatten_like
-from .para_lens import batched
+from ..para_lens import batched
 from categories.errors import HyperparameterError, KindError, MetricError
 
 tree_map = jax.tree_util.tree_map

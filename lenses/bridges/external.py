@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from categories import Product, R, Space
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
-from .para_lens import Affine, Layer, ParaLens, Site
-from . import picture
+from ..para_lens import Affine, Layer, ParaLens, Site
+from ..drawing import picture
 
 
 def _space(x, who: str) -> Space:

@@ -1,4 +1,4 @@
-"""Nothing silently wrong, round two: the wrong results (the Poincaré move near the wall, a
+"""Edges: the wrong results once found (the Poincaré move near the wall, a
 loss family wrapping a built-in one) and every edge (constructors, losses, pullbacks,
 metrics, optimisers, checkpoint policies, smooth maps), each a catalogued error naming the
 argument or an accepted input with its result checked against an oracle written here."""
@@ -16,7 +16,7 @@ from lenses import (CovectorError, DimensionError, DomainError, HyperparameterEr
                     embedding, from_optax, half_squared_error, layer_norm,
                     multi_head_attention, rnn_cell, softmax_cross_entropy, train_step)
 from lenses.losses import batch_loss
-from lenses.metrics import Constant, Diagonal, Euclidean
+from lenses.inner_products.metrics import Constant, Diagonal, Euclidean
 
 EPS = np.finfo(np.float64).eps
 

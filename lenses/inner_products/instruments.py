@@ -243,7 +243,7 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
 
     from categories import strategies as cs
 
-    from . import strategies as ls
+    from .. import strategies as ls
 
     space = _space_of(space, ctx, "check_metric")
     points = ls.parameter_points(space) if points is None else points

@@ -1,6 +1,6 @@
 """Pictures: the terms each kind of lens gives for its piece of a string diagram.
 
-A lens answers `picture()` with one of these; `lenses.diagrams` lays the term out on a grid
+A lens answers `picture()` with one of these; `lenses.drawing.diagrams` lays the term out on a grid
 and renders it as text or with matplotlib. Spaces are kept as spaces: the layout decides
 what a wire is called (one wire per factor of a product, none for R^0).
 """

@@ -16,11 +16,11 @@ from jax import lax
 from categories import Vector
 from categories.errors import HyperparameterError, KindError
 
-from .losses import loss_family
+from ..losses import loss_family
 from .metrics import covector_value, ravel
 from .natural import (Fisher, GaussNewton, _DataMetric, _data, _loss_hvp, _out_matrix, _space,
                       output_fisher)
-from .para_lens import Affine, at_path, batched
+from ..para_lens import Affine, at_path, batched
 
 tree_map = jax.tree_util.tree_map
 

@@ -27,7 +27,7 @@ from categories import Covector, Product, Space, Vector
 from categories.errors import CovectorError, KindError, MetricError, SlotError, UnsupportedError
 from categories.linear import pairing, unwrap
 
-from .losses import LossFamily, loss_family
+from ..losses import LossFamily, loss_family
 
 tree_map = jax.tree_util.tree_map
 
@@ -98,7 +98,7 @@ class Metric:
     def retract(self, p, v, space: Space | None = None):
         """The point reached from p along the vector v: p + v (the straight line of R^n).
 
-        Metrics that know their open set (`lenses.geometry`) follow their geometry instead
+        Metrics that know their open set (`lenses.inner_products.geometry`) follow their geometry instead
         and stay inside it; the optimisers move the point only through this map."""
         return translate(p, unwrap(v))
 

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 
 from categories import Product, R, Smooth, Space, draws
 
-from .families import LensFamily, family
-from .layers import _normal, _sizes, identity
-from .para_lens import Layer, Reparam, at_path
-from .repetition import repeat, stacked
-from .structure import copy
+from ..families import LensFamily, family
+from .basic import _normal, _sizes, identity
+from ..para_lens import Layer, Reparam, at_path
+from ..repetition import repeat, stacked
+from ..structure import copy
 from categories.errors import SpaceMismatch
 
 tree_map = jax.tree_util.tree_map

@@ -19,9 +19,9 @@ from categories import R, Space, draws
 from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
 from categories.spaces import dimension
 
-from .families import LensFamily, family
-from .para_lens import Affine, Layer, need_lens
-from .structure import add, copy
+from ..families import LensFamily, family
+from ..para_lens import Affine, Layer, need_lens
+from ..structure import add, copy
 
 
 def _normal(key, shape, fan_in):

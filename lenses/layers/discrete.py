@@ -32,9 +32,9 @@ import numpy as np
 from categories import Product, R, Space, draws
 from categories.spaces import dimension
 
-from .families import LensFamily, family
-from .layers import _sizes
-from .para_lens import Layer
+from ..families import LensFamily, family
+from .basic import _sizes
+from ..para_lens import Layer
 from categories.errors import HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)

@@ -1,0 +1,2 @@
+"""Lenses to and from other libraries: `external` (Equinox, Flax, plain functions) and
+`discopy_bridge` (DisCoPy diagrams and TikZ)."""
