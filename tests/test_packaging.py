@@ -141,6 +141,23 @@ def test_build_warns_of_nothing_deprecated_and_ships_types_license_and_what_the_
         expected = {str(p.relative_to(ROOT)) for d in dirs for p in (ROOT / d).rglob("*")
                     if p.is_file() and "__pycache__" not in p.parts}
     assert len(expected) > 100 and not expected - held, sorted(expected - held)[:20]
+    _the_sdist_runs_its_own_tests(tmp_path / f"paralens-{version}.tar.gz", tmp_path / "unpacked")
+
+
+def _the_sdist_runs_its_own_tests(archive, where):
+    """The unpacked sdist's tests pass on its own code: the packages import from the unpacked
+    tree (`test_packages_import_from_this_repository` there checks it), a law check, a docs
+    page's blocks and a notebook's generator read files only the sdist can have shipped."""
+    with tarfile.open(archive) as sdist:
+        sdist.extractall(where, filter="data")
+    (root,) = where.iterdir()
+    chosen = ["tests/test_packaging.py::test_packages_import_from_this_repository",
+              "tests/test_packaging.py::test_one_version_for_the_distribution_and_both_packages",
+              "tests/test_spaces.py", "tests/test_architecture.py"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                          *chosen], cwd=root, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0 and " passed" in run.stdout, (run.stdout + run.stderr)[-3000:]
 
 
 # the smoke subset: compose, a fit, save and load, a law check (hypothesis)
