@@ -146,8 +146,8 @@ def test_build_warns_of_nothing_deprecated_and_ships_types_license_and_what_the_
 
 def _the_sdist_runs_its_own_tests(archive, where):
     """The unpacked sdist's tests pass on its own code: the packages import from the unpacked
-    tree (`test_packages_import_from_this_repository` there checks it), a law check, a docs
-    page's blocks and a notebook's generator read files only the sdist can have shipped."""
+    tree (`test_packages_import_from_this_repository` there checks it); the spaces' laws; the
+    architecture map, which reads ARCHITECTURE.md and every source file the sdist shipped."""
     with tarfile.open(archive) as sdist:
         sdist.extractall(where, filter="data")
     (root,) = where.iterdir()
