@@ -117,8 +117,7 @@ def _split(step, batch_size: int) -> int:
     if batch_size % processes:
         raise HyperparameterError(f"a batch of {batch_size} cannot be fed evenly by {processes} "
                                   "processes")
-    if step.mesh is not None:
-        step._check_split(batch_size)
+    step.check_split(batch_size)
     return batch_size // processes
 
 
@@ -135,11 +134,11 @@ def _check_pair(step, X, Y, what: str) -> int:
     return n
 
 
-def _to_device(step, stacked):
+def _to_device(step, batches):
     """Stacked batches sent to the device (asynchronously), split over the mesh if any."""
     if step.mesh is not None:
-        return step.global_batch(stacked, steps=True)
-    return jax.device_put(stacked)
+        return step.global_batch(batches, stacked=True)
+    return jax.device_put(batches)
 
 
 class InMemory:
@@ -160,8 +159,8 @@ class InMemory:
                                       "examples: every batch has exactly batch_size examples; "
                                       f"pass batch_size ≤ {self.n}")
         self.step, self.key, self.every = step, key, every
-        self.steps = self.n // self.bs
-        self.k_max = self.steps if steps_per_dispatch is None else \
+        self.per_epoch = self.n // self.bs
+        self.k_max = self.per_epoch if steps_per_dispatch is None else \
             count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
         self.k_max = min(self.k_max, 256) if steps_per_dispatch is None else self.k_max
         nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((X, Y)))
@@ -173,17 +172,17 @@ class InMemory:
         return {"n": self.n, "batch_size": self.bs}
 
     def first_epoch(self, count: int) -> int:
-        return count // self.steps + 1
+        return count // self.per_epoch + 1
 
     def total(self, count, last, max_steps):
-        end = last * self.steps if max_steps is None else min(last * self.steps, max_steps)
+        end = last * self.per_epoch if max_steps is None else min(last * self.per_epoch, max_steps)
         return max(end - count, 0)
 
     def chunks(self, count, first, last, max_steps):
         for epoch in range(first, last + 1):
-            base = (epoch - 1) * self.steps
+            base = (epoch - 1) * self.per_epoch
             start = count - base if epoch == first else 0
-            end = self.steps if max_steps is None else min(self.steps, max_steps - base)
+            end = self.per_epoch if max_steps is None else min(self.per_epoch, max_steps - base)
             if end <= start:
                 return
             order = epoch_order(self.key, epoch, self.n, self.bs)
