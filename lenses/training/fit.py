@@ -137,17 +137,11 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     step = train_step(model, loss_family, opt, reduction, mesh, layout=layout)
     plan = dict(epochs=count_arg(epochs, "epochs", 0),
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
-    if checkpoints is not None and not isinstance(checkpoints, Checkpoints):
-        raise KindError(f"checkpoints must be a Checkpoints(path, every=N, resume=...), got "
-                        f"{checkpoints!r}")
-    every = checkpoints.every if checkpoints is not None else None
+    every = _checkpoints(checkpoints).every if checkpoints is not None else None
     callbacks = _callables(callbacks)
     source = (InMemory if _in_memory(data) else Stream)(
         step, data, batch_size, as_key(key), on_device, steps_per_dispatch, every)
-    if eval_data is not None:
-        if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
-            raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
-        check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
+    _check_eval(step, eval_data)
     resumed = _resume(checkpoints, step, source, key)
     state = step.place(resumed["state"]) if resumed else \
         step.place(params) if isinstance(params, TrainState) else step.init(params)
@@ -250,6 +244,22 @@ def _in_memory(data) -> bool:
     if isinstance(data, tuple):
         return True
     return isinstance(data, list) and len(data) == 2 and hasattr(data[0], "shape")
+
+
+def _checkpoints(checkpoints) -> Checkpoints:
+    if not isinstance(checkpoints, Checkpoints):
+        raise KindError(f"checkpoints must be a Checkpoints(path, every=N, resume=...), got "
+                        f"{checkpoints!r}")
+    return checkpoints
+
+
+def _check_eval(step, eval_data) -> None:
+    """eval_data, if given, is a pair (X, Y) of inputs and labels for a classifier."""
+    if eval_data is None:
+        return
+    if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
+        raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
+    check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
 
 
 def _callables(callbacks):
