@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from categories import draws
-from lenses import adam, dense, fit, half_squared_error, load, tanh
+from lenses import Checkpoints, adam, dense, fit, half_squared_error, load, tanh
 
 SCRIPT = textwrap.dedent("""
     import json, sys, time
