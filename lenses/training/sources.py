@@ -1,7 +1,7 @@
 """Where `fit`'s chunks come from: data held in memory, or an iterable of batches.
 
 A source checks its data once, at the edge, and yields `Chunk`s: the arguments of
-`schedule.dispatch` for a run of steps, and where the chunk stands in its epoch. Chunks are
+`TrainStep.dispatch` for a chunk of steps, and where the chunk stands in its epoch. Chunks are
 made lazily, so that the next chunk's batches travel to the device while the current chunk
 runs. They also end where the step count reaches a multiple of `every` (a checkpoint is due).
 
@@ -30,7 +30,7 @@ DEVICE_DATA_LIMIT = 1 << 30
 
 
 class Chunk(NamedTuple):
-    """A run of steps: `args` for `schedule.dispatch` ((Xs, Ys) stacked, or (data, idx)),
+    """A chunk of steps: `args` for `TrainStep.dispatch` ((Xs, Ys) stacked, or (data, idx)),
     its epoch, and whether it begins or ends the epoch."""
 
     args: tuple
@@ -91,9 +91,9 @@ def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
         True
     """
     seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [int(epoch)])
-    steps = n // batch_size
+    batches = n // batch_size
     perm = np.random.default_rng(seed).permutation(n)
-    return perm[: steps * batch_size].reshape(steps, batch_size)
+    return perm[: batches * batch_size].reshape(batches, batch_size)
 
 
 def cuts(start: int, end: int, k_max: int, base: int, every: int | None) -> list:
