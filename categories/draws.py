@@ -37,8 +37,15 @@ def _prefix_stable(key) -> bool:
             and jax.config.jax_default_prng_impl == "threefry2x32")  # type: ignore[attr-defined]  # a flag
 
 
-def _padded(n: int) -> int | None:
-    """The count drawn for n: the next power of 16 (at most four counts, each a cheap draw)."""
+def padded(n: int) -> int | None:
+    """The count drawn for n: the next power of 16 (at most four counts, each a cheap draw);
+    None past `LARGEST_PADDED`, where the draw is JAX's own call.
+
+    Examples:
+        >>> from categories import draws
+        >>> draws.padded(1), draws.padded(17), draws.padded(draws.LARGEST_PADDED + 1)
+        (16, 256, None)
+    """
     if not 0 < n <= LARGEST_PADDED:
         return None
     m = 16
@@ -67,7 +74,7 @@ def normal(key, shape: tuple):
     rest, so the same quotient computed over a padded array may differ in its last bit)."""
     need_key(key)
     n = math.prod(shape)
-    m = _padded(n)
+    m = padded(n)
     if m is None or not _prefix_stable(key):
         return jax.random.normal(key, shape)
     return jnp.asarray(np.asarray(jax.random.normal(key, (m,)))[:n].reshape(shape))
@@ -76,7 +83,7 @@ def normal(key, shape: tuple):
 def split(key, n: int) -> list:
     """The keys of `jax.random.split(key, n)`, bit for bit, as a list of n keys."""
     need_key(key)
-    m = _padded(n)
+    m = padded(n)
     if m is None or not _prefix_stable(key):
         return list(jax.random.split(key, n))
     return [jnp.asarray(k) for k in np.asarray(jax.random.split(key, m))[:n]]

@@ -244,6 +244,6 @@ def constant(A: Space, B: Space, value) -> Smooth:
 
 
 __all__ = [
-    "Smooth", "DomainError", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal",
+    "Smooth", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal",
     "smooth_discard", "swap", "constant", "scale",
 ]

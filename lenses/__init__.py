@@ -8,7 +8,7 @@ beside them checks, laws, strategies, instruments and pictures (`checks`, `laws`
 Equinox, Flax, functions).
 """
 
-from categories._version import __version__  # one version for the distribution
+from categories import __version__  # one version for the distribution
 
 from .checks import (BackwardReport, CompositionRule, check_backward, composition_rule,
                      describe_slope, largest_slope)
@@ -47,8 +47,9 @@ from .layers.sequence import (attention_core, layer_norm, multi_head_attention, 
                        SequenceCrossEntropy, positionwise_dense, sequence_cross_entropy,
                        transformer_block)
 from .structure import add, copy, discard
-from .training import (Fault, FitProgress, Layout, Report, Saved, TrainState, TrainStep, accuracy,
-                       epoch_order, fit, load, per_device_bytes, predict, save, train_step)
+from .training import (Checkpoints, Fault, FitProgress, Layout, Report, Saved, TrainState,
+                       TrainStep, accuracy, epoch_order, fit, load, per_device_bytes, predict, save,
+                       train_step)
 
 # Grouped as the sections of the API reference (docs/reference/); the errors are listed in
 # `categories.__all__` (see above).
@@ -88,7 +89,7 @@ __all__ = [
     "epoch_order", "predict", "accuracy", "largest_slope", "describe_slope",
     "Layout", "per_device_bytes",
     # saved work
-    "save", "load", "Saved",
+    "save", "load", "Saved", "Checkpoints",
     # laws and strategies (the law modules are `lenses.laws` and `lenses.strategies`)
     "check_backward", "BackwardReport", "composition_rule", "CompositionRule",
     # diagrams

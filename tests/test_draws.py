@@ -35,10 +35,10 @@ def test_normal_and_split_are_jax_s_own_numbers(x64):
 
 
 def test_the_counts_drawn_are_four_powers_of_16():
-    counts = {draws._padded(n) for n in range(1, draws.LARGEST_PADDED + 1)}
+    counts = {draws.padded(n) for n in range(1, draws.LARGEST_PADDED + 1)}
     assert counts == {16, 256, 4096, 65536}
-    assert draws._padded(0) is None and draws._padded(draws.LARGEST_PADDED + 1) is None
-    assert all(draws._padded(n) >= n for n in (1, 15, 16, 17, 255, 256, 257, 65536))
+    assert draws.padded(0) is None and draws.padded(draws.LARGEST_PADDED + 1) is None
+    assert all(draws.padded(n) >= n for n in (1, 15, 16, 17, 255, 256, 257, 65536))
 
 
 def test_where_the_prefix_property_fails_the_draw_is_jax_s_call():

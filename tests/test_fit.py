@@ -1,9 +1,13 @@
-"""The training loop at the speed of the machine: many steps per dispatch, faults without a
-round-trip, the same run as a per-step loop.
+"""`fit`, the loop users run: over data in memory or any iterable of batches, many steps per
+dispatch, faults without a round-trip, callbacks, checkpoints, accuracy, and what it refuses
+at its edge.
 
 Oracles: the per-step loop written here with `train_step` over the batches `epoch_order`
-draws; an undisturbed run stopped before the faulting step.
+draws (or the iterable gives); an undisturbed run stopped before the faulting step; a
+classifier written by hand with optax's cross-entropy; hand counts of steps and labels.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +15,9 @@ import numpy as np
 import pytest
 
 from categories import DomainError, Positive, R, draws
-from lenses import (NonFiniteError, ParaLens, adam, dense, epoch_order, fit, gd,
-                    half_squared_error, momentum, tanh, train_step)
+from lenses import (CheckpointMismatch, Checkpoints, FitProgress, HyperparameterError, KindError,
+                    NonFiniteError, ParaLens, ShapeError, accuracy, adam, dense, epoch_order, fit,
+                    gd, half_squared_error, momentum, softmax_cross_entropy, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = MODEL.init(jax.random.PRNGKey(0))
@@ -215,7 +220,7 @@ def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch, tm
     monkeypatch.setattr(schedule, "dispatch", dispatched)
     source = [(X[i:i + BATCH], Y[i:i + BATCH]) for i in range(0, 40, BATCH)] \
         if data == "stream" else (X, Y)
-    saving = dict(checkpoint_every=6, checkpoint_path=str(tmp_path / "run.st")) \
+    saving = dict(checkpoints=Checkpoints(str(tmp_path / "run.st"), every=6)) \
         if data == "checkpointed" else {}
     for _ in range(2):  # the first run compiles
         ops.clear()
@@ -226,3 +231,143 @@ def test_fit_dispatches_nothing_while_a_chunk_is_in_flight(data, monkeypatch, tm
     assert len(history) == 3 and state.steps_taken() == (30 if data == "stream" else 33)
     assert len(in_flight) == (12 if data != "checkpointed" else 16)  # chunks end at saves too
     assert [name for name, after_first_chunk in ops if after_first_chunk] == []
+
+
+# -- data in memory or any iterable of batches; callbacks; what fit refuses at its edge ----------
+
+P32 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), P0)
+X24 = np.asarray(X[:24], np.float32)
+Y24 = np.asarray(Y[:24], np.float32)
+
+
+def bits(t):
+    return [np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(t)]
+
+
+def calls(opt, batches):
+    """The oracle: one `train_step` call per batch, from P32."""
+    step = train_step(MODEL, half_squared_error, opt)
+    state, losses = step.init(P32), []
+    for x, y in batches:
+        state, report = step(state, x, y)
+        losses.append(float(report.loss))
+    return state, losses
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_fit_over_an_iterable_is_the_per_step_loop(k):
+    batches = [(X24[i:i + 4], Y24[i:i + 4]) for i in range(0, 24, 4)] + [(X24[:3], Y24[:3])]
+    ref, losses = calls(momentum(0.05, 0.9), batches)
+    state, history = fit(MODEL, half_squared_error, momentum(0.05, 0.9), P32,
+                         (b for b in batches), epochs=3, steps_per_dispatch=k)
+    assert int(state.count) == 7 and bits(state) == bits(ref)  # a generator: one pass
+    assert history[0]["loss"] == pytest.approx(np.mean(losses), rel=1e-6)
+    # a re-iterable (a list) is passed over once per epoch
+    state, history = fit(MODEL, half_squared_error, momentum(0.05, 0.9), P32, batches, epochs=2,
+                         steps_per_dispatch=k)
+    ref2, _ = calls(momentum(0.05, 0.9), batches * 2)
+    assert [h["epoch"] for h in history] == [1, 2] and bits(state) == bits(ref2)
+
+
+def test_callbacks_see_every_chunk_and_can_stop_the_run():
+    seen = []
+
+    def stop_at_5(p: FitProgress):
+        seen.append((p.epoch, p.step, len(p.losses)))
+        return p.step >= 5
+
+    state, history = fit(MODEL, half_squared_error, gd(0.1), P32, (X24, Y24), epochs=4, batch_size=4,
+                         key=1, steps_per_dispatch=2, callbacks=[stop_at_5])
+    assert int(state.count) == 6 and seen == [(1, 2, 2), (1, 4, 2), (1, 6, 2)]
+    order = epoch_order(1, 1, 24, 4)
+    ref, _ = calls(gd(0.1), [(X24[i], Y24[i]) for i in order[:6]])
+    assert bits(state) == bits(ref) and history[0]["epoch"] == 1
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(batch_size=100), HyperparameterError, "batch_size 100 is larger than the 24"),
+    (dict(checkpoints="x.st"), KindError, "checkpoints must be a Checkpoints"),
+    (dict(key="abc"), KindError, "key must be"),
+    (dict(mesh="batch"), KindError, "mesh must be a jax.sharding.Mesh"),
+    (dict(callbacks=[3]), KindError, "callbacks"),
+    (dict(batch_size=0), HyperparameterError, "batch_size"),
+])
+def test_fit_refuses_bad_arguments_before_anything_runs(kwargs, error, match, tmp_path):
+    with pytest.raises(error, match=match):
+        fit(MODEL, half_squared_error, gd(0.1), P32, (X24, Y24), epochs=1,
+            **{"batch_size": 4, **kwargs})
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (dict(path=3.5, every=2), KindError, "a file path"),
+    (dict(path="c.st"), HyperparameterError, "neither saves nor resumes"),
+    (dict(path="c.st", every=0), HyperparameterError, "every must be an integer ≥ 1"),
+    (dict(path="c.st", every=2.5), HyperparameterError, "every must be an integer ≥ 1"),
+    (dict(path="c.st", resume="yes"), KindError, "resume must be True or False"),
+    (dict(path="c.st", every=2, on_save=3), KindError, "on_save must be a function"),
+    (dict(path="c.st", resume=True, on_save=print), HyperparameterError, "on_save is called after"),
+])
+def test_checkpoints_refuse_what_cannot_save_or_resume(args, error, match):
+    with pytest.raises(error, match=match):
+        Checkpoints(**args)
+
+
+def test_resume_needs_data_in_memory(tmp_path):
+    path = str(tmp_path / "run.st")
+    fit(MODEL, half_squared_error, gd(0.1), P32, (X24, Y24), epochs=1, batch_size=4,
+        checkpoints=Checkpoints(path, every=2))
+    with pytest.raises(HyperparameterError, match="in memory"):
+        fit(MODEL, half_squared_error, gd(0.1), P32, [(X24[:4], Y24[:4])],
+            checkpoints=Checkpoints(path, every=2, resume=True))
+    with pytest.raises(CheckpointMismatch, match="batches of"):
+        fit(MODEL, half_squared_error, gd(0.1), P32, (X24, Y24), epochs=1, batch_size=6,
+            checkpoints=Checkpoints(path, resume=True))
+
+
+def test_an_iterable_of_malformed_batches_is_refused_naming_the_batch():
+    with pytest.raises(ShapeError, match="batch 1 of the iterable"):
+        fit(MODEL, half_squared_error, gd(0.1), P32, [(X24[:4], Y24[:4]), (X24[:4, :2], Y24[:4])])
+    with pytest.raises(ShapeError, match="not a pair"):
+        fit(MODEL, half_squared_error, gd(0.1), P32, [X24[:4]])
+
+
+# -- a classifier against a hand-written one (optax's cross-entropy, `jax.grad`) -------------------
+
+CE3 = functools.partial(softmax_cross_entropy, classes=3)
+CLASSIFIER = dense(4, 6) >> tanh >> dense(6, 3)
+C_P0 = CLASSIFIER.init(jax.random.PRNGKey(0))
+C_X = np.asarray(draws.normal(jax.random.PRNGKey(1), (10, 4)))
+C_Y = np.asarray(jax.random.randint(jax.random.PRNGKey(2), (10,), 0, 3))
+
+
+def test_fit_drops_the_remainder_and_records_history(capsys):
+    epochs, batch = 3, 4  # 10 examples: 2 full batches per epoch, 2 examples dropped
+    state, history = fit(CLASSIFIER, CE3, adam(0.05), C_P0, (C_X, C_Y), epochs=epochs, batch_size=batch,
+                         key=jax.random.PRNGKey(0), eval_data=(C_X, C_Y))
+    assert int(state.count) == epochs * (10 // batch)
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert all(set(h) >= {"loss", "steps_per_s", "accuracy"} for h in history)
+    assert history[-1]["accuracy"] == pytest.approx(accuracy(CLASSIFIER, state.params, C_X, C_Y))
+    assert capsys.readouterr().err == ""  # not a terminal: no progress line
+    # continue from the state, with a progress line forced on
+    state2, _ = fit(CLASSIFIER, CE3, adam(0.05), state, (C_X, C_Y), epochs=1, batch_size=batch,
+                    progress=True)
+    assert int(state2.count) == int(state.count) + 2
+    err = capsys.readouterr().err
+    assert "\r" in err and "epoch 4/4" in err and "step/s" in err  # the run's fourth epoch
+
+
+def test_fit_shuffles_reproducibly():
+    a, _ = fit(CLASSIFIER, CE3, gd(0.1), C_P0, (C_X, C_Y), epochs=1, batch_size=3, key=7)
+    b, _ = fit(CLASSIFIER, CE3, gd(0.1), C_P0, (C_X, C_Y), epochs=1, batch_size=3, key=7)
+    c, _ = fit(CLASSIFIER, CE3, gd(0.1), C_P0, (C_X, C_Y), epochs=1, batch_size=3, key=jax.random.PRNGKey(8))
+    assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(b.params)))
+    assert not all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(c.params)))
+
+
+def test_accuracy_by_hand():
+    (W1, b1), _, (W2, b2) = C_P0
+    logits = np.tanh(C_X @ np.asarray(W1).T + np.asarray(b1)) @ np.asarray(W2).T + np.asarray(b2)
+    expected = np.mean(np.argmax(logits, axis=1) == C_Y)
+    assert accuracy(CLASSIFIER, C_P0, C_X, C_Y) == pytest.approx(expected)
+    assert accuracy(CLASSIFIER, C_P0, C_X, np.eye(3)[C_Y]) == pytest.approx(expected)  # one-hot labels

@@ -165,7 +165,7 @@ def D_at_zero(f, x):
 def D_transposed(f, x):
     """The transpose of the differential in place of the differential."""
     d = D(f, x)
-    return Linear(f.dom, f.cod, d._transpose, name="(df)*")
+    return Linear(f.dom, f.cod, d.dual().apply, name="(df)*")
 
 
 @pytest.mark.parametrize("tangent", [v, None], ids=["on a tangent", "as matrices"])

@@ -1,7 +1,8 @@
 """A training process killed with SIGKILL mid-epoch and started again ends as the run that
 was never interrupted: parameters and optimiser state bit for bit, and the same history.
 
-The training script runs in a subprocess: `fit(..., checkpoint_every=5, resume_from=...)`.
+The training script runs in a subprocess: `fit(..., checkpoints=Checkpoints(path, every=5,
+resume=True))`.
 Its first start pauses after each checkpoint (so that the kill lands while the run is in
 progress, before the end of epoch 1); the parent kills it with SIGKILL as soon as the first
 checkpoint file appears, then starts the same command again, which resumes. The oracle is
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from categories import draws
-from lenses import adam, dense, fit, half_squared_error, load, tanh
+from lenses import Checkpoints, adam, dense, fit, half_squared_error, load, tanh
 
 SCRIPT = textwrap.dedent("""
     import json, sys, time
@@ -29,7 +30,7 @@ SCRIPT = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from categories import draws
-    from lenses import adam, dense, fit, half_squared_error, save, tanh
+    from lenses import Checkpoints, adam, dense, fit, half_squared_error, save, tanh
 
     ckpt, out, slow = sys.argv[1], sys.argv[2], sys.argv[3] == "slow"
     model = dense(3, 5) >> tanh >> dense(5, 2)
@@ -42,8 +43,8 @@ SCRIPT = textwrap.dedent("""
             time.sleep(60)
 
     state, history = fit(model, half_squared_error, adam(0.02), p0, (X, Y), epochs=3,
-                         batch_size=4, key=5, checkpoint_every=5, checkpoint_path=ckpt,
-                         resume_from=ckpt, on_checkpoint=pause)
+                         batch_size=4, key=5,
+                         checkpoints=Checkpoints(ckpt, every=5, resume=True, on_save=pause))
     save(out, state, model, adam(0.02))
     with open(out + ".json", "w") as f:
         json.dump([(h["epoch"], h["loss"]) for h in history], f)
@@ -89,7 +90,7 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_bit_for_bit_as_the_uninterrupte
     X = np.asarray(draws.normal(jax.random.PRNGKey(1), (40, 3)))
     Y = np.asarray(draws.normal(jax.random.PRNGKey(2), (40, 2)))
     ref, history = fit(MODEL, half_squared_error, adam(0.02), p0, (X, Y), epochs=3, batch_size=4,
-                       key=5, checkpoint_every=5, checkpoint_path=str(tmp_path / "ref"))
+                       key=5, checkpoints=Checkpoints(str(tmp_path / "ref"), every=5))
     final = load(out, MODEL, adam(0.02)).state
     assert int(final.count) == int(ref.count) == 30
     for a, b in zip(_leaves((final.params, final.opt_state)), _leaves((ref.params, ref.opt_state))):

@@ -289,7 +289,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 from jax.sharding import Mesh
 from categories import CheckpointMismatch, draws
-from lenses import Layout, adam, dense, fit, half_squared_error, load, tanh
+from lenses import Checkpoints, Layout, adam, dense, fit, half_squared_error, load, tanh
 
 devices = np.array(jax.devices())
 on_24 = Mesh(devices.reshape(2, 4), ("data", "model"))
@@ -303,12 +303,12 @@ run = dict(epochs=4, batch_size=8, key=0)
 leaves = lambda s: [np.asarray(a).tolist() for a in jax.tree_util.tree_leaves(s.params)]
 # a run on (2, 4) stopped at its checkpoint of step 6 (mid-epoch 2)
 stopped, _ = fit(model, half_squared_error, adam(0.02), p0, (X, Y), mesh=on_24, layout=Layout(),
-                 checkpoint_every=6, checkpoint_path=path, callbacks=[lambda e: e.step == 6], **run)
+                 checkpoints=Checkpoints(path, every=6), callbacks=[lambda e: e.step == 6], **run)
 out = {"stopped": int(stopped.count)}
 for name, kw in (("(4,)", dict(mesh=on_4, layout=Layout())), ("one", {})):
     whole, history = fit(model, half_squared_error, adam(0.02), p0, (X, Y), **kw, **run)
-    resumed, rhistory = fit(model, half_squared_error, adam(0.02), p0, (X, Y), resume_from=path,
-                            **kw, **run)
+    resumed, rhistory = fit(model, half_squared_error, adam(0.02), p0, (X, Y),
+                            checkpoints=Checkpoints(path, resume=True), **kw, **run)
     out[name] = {"whole": leaves(whole), "resumed": leaves(resumed), "count": int(resumed.count),
                  "history": [h["loss"] for h in history], "rhistory": [h["loss"] for h in rhistory],
                  "specs": [str(getattr(a.sharding, "spec", "one device"))

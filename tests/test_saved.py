@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from categories import draws
-from lenses import (CheckpointError, CheckpointMismatch, KindError, Saved, SpaceMismatch, adam,
+from lenses import (CheckpointError, Checkpoints, CheckpointMismatch, KindError, Saved, SpaceMismatch, adam,
                     dense, fit, gd, half_squared_error, load, momentum, save, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
@@ -141,9 +141,10 @@ def test_save_refuses_what_is_not_a_state_of_the_model(tmp_path, trained):
 X40, Y40 = X[:40], Y[:40]  # 10 steps per epoch: chunks of 5 steps, one compilation
 
 
-def run(tmp_path, name, **kw):
+def run(tmp_path, name, resume=False, on_save=None):
     return fit(MODEL, half_squared_error, adam(0.02), P0, (X40, Y40), epochs=3, batch_size=4,
-               key=KEY, checkpoint_every=5, checkpoint_path=str(tmp_path / name), **kw)
+               key=KEY, checkpoints=Checkpoints(str(tmp_path / name), every=5, resume=resume,
+                                                on_save=on_save))
 
 
 def test_a_run_resumed_from_its_checkpoints_ends_as_the_uninterrupted_run(tmp_path):
@@ -155,10 +156,11 @@ def test_a_run_resumed_from_its_checkpoints_ends_as_the_uninterrupted_run(tmp_pa
         seen.append(k)
         (tmp_path / f"at{k}").write_bytes((tmp_path / "copy").read_bytes())
 
-    run(tmp_path, "copy", on_checkpoint=copy_each)
+    run(tmp_path, "copy", on_save=copy_each)
     assert seen == [5, 10, 15, 20, 25, 30]
-    for k in (5, 20):  # mid-epoch 1; the end of epoch 2
-        state, resumed = run(tmp_path, f"again{k}", resume_from=str(tmp_path / f"at{k}"))
+    for k in (5, 20):  # mid-epoch 1; the end of epoch 2: the run goes on in a copy of it
+        (tmp_path / f"again{k}").write_bytes((tmp_path / f"at{k}").read_bytes())
+        state, resumed = run(tmp_path, f"again{k}", resume=True)
         assert int(state.count) == 30
         assert same_bits((state.params, state.opt_state), (whole.params, whole.opt_state))
         assert [(h["epoch"], h["loss"]) for h in resumed] == [(h["epoch"], h["loss"])
@@ -166,14 +168,15 @@ def test_a_run_resumed_from_its_checkpoints_ends_as_the_uninterrupted_run(tmp_pa
 
 
 def test_resume_from_a_missing_file_starts_the_run_and_a_foreign_run_is_refused(tmp_path):
-    state, history = run(tmp_path, "c", resume_from=str(tmp_path / "nothing-yet"))
+    state, history = run(tmp_path, "c", resume=True)  # no file c yet: the run starts
     assert int(state.count) == 30 and [h["epoch"] for h in history] == [1, 2, 3]
+    c = Checkpoints(str(tmp_path / "c"), resume=True)
     with pytest.raises(CheckpointMismatch, match="another key"):
         fit(MODEL, half_squared_error, adam(0.02), P0, (X40, Y40), epochs=3, batch_size=4, key=9,
-            resume_from=str(tmp_path / "c"))
+            checkpoints=c)
     with pytest.raises(CheckpointMismatch, match="batches of 4, not 40 in batches of 2"):
         fit(MODEL, half_squared_error, adam(0.02), P0, (X40, Y40), epochs=3, batch_size=2,
-            resume_from=str(tmp_path / "c"))
+            checkpoints=c)
 
 
 def test_save_refuses_a_point_outside_the_parameter_object_which_load_would_refuse(tmp_path):

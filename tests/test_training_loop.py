@@ -1,10 +1,14 @@
-"""The loop users run: `fit` over data in memory or any iterable of batches, with
-callbacks; one compilation for a sweep of learning rates; what `fit` refuses at its edge.
+"""The training step and the loop it runs in: a call's report and move against a classifier
+written by hand, two phases (Nesterov's lookahead), a call, `run` and `fit` giving the same
+bits, one compilation for equal optimisers and for sweeps of their numbers, and what a step
+refuses.
 
-Oracles: the per-step loop of `train_step` calls written here over the same batches; trace
-counters (a function that counts how often it is traced).
+Oracles: a hand-written MLP with optax's cross-entropy and `jax.grad`, optax's Nesterov and
+optax's own loop; the calls of `train_step` written here over the same batches; trace
+counters (a function that counts how often it is traced); the compiled program's text.
 """
 
+import functools
 import re
 
 import jax
@@ -13,12 +17,11 @@ import numpy as np
 import optax
 import pytest
 
-from categories import Covector, R
+from categories import Covector, R, Vector, draws
 from categories.linear import unwrap
-from lenses import (KFAC, CheckpointMismatch, Context, Diagonal, FitProgress, GaussNewton,
-                    HyperparameterError, KindError, ParaLens, ShapeError, adam, conv2d, dense,
-                    epoch_order, fit, flatten, from_optax, gd, half_squared_error, momentum,
-                    softmax_cross_entropy, tanh, train_step)
+from lenses import (KFAC, Context, Diagonal, GaussNewton, Metric, ParaLens, TrainState, adam,
+                    conv2d, dense, fit, flatten, from_optax, gd, half_squared_error, momentum,
+                    nesterov, sigmoid, softmax_cross_entropy, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
 P0 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), MODEL.init(jax.random.PRNGKey(0)))
@@ -29,45 +32,6 @@ Y = RNG.standard_normal((24, 2)).astype(np.float32)
 
 def bits(t):
     return [np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(t)]
-
-
-def per_step(opt, batches):
-    step = train_step(MODEL, half_squared_error, opt)
-    state, losses = step.init(P0), []
-    for x, y in batches:
-        state, report = step(state, x, y)
-        losses.append(float(report.loss))
-    return state, losses
-
-
-@pytest.mark.parametrize("k", [1, 2, 5])
-def test_fit_over_an_iterable_is_the_per_step_loop(k):
-    batches = [(X[i:i + 4], Y[i:i + 4]) for i in range(0, 24, 4)] + [(X[:3], Y[:3])]
-    ref, losses = per_step(momentum(0.05, 0.9), batches)
-    state, history = fit(MODEL, half_squared_error, momentum(0.05, 0.9), P0,
-                         (b for b in batches), epochs=3, steps_per_dispatch=k)
-    assert int(state.count) == 7 and bits(state) == bits(ref)  # a generator: one pass
-    assert history[0]["loss"] == pytest.approx(np.mean(losses), rel=1e-6)
-    # a re-iterable (a list) is passed over once per epoch
-    state, history = fit(MODEL, half_squared_error, momentum(0.05, 0.9), P0, batches, epochs=2,
-                         steps_per_dispatch=k)
-    ref2, _ = per_step(momentum(0.05, 0.9), batches * 2)
-    assert [h["epoch"] for h in history] == [1, 2] and bits(state) == bits(ref2)
-
-
-def test_callbacks_see_every_chunk_and_can_stop_the_run():
-    seen = []
-
-    def stop_at_5(p: FitProgress):
-        seen.append((p.epoch, p.step, len(p.losses)))
-        return p.step >= 5
-
-    state, history = fit(MODEL, half_squared_error, gd(0.1), P0, (X, Y), epochs=4, batch_size=4,
-                         key=1, steps_per_dispatch=2, callbacks=[stop_at_5])
-    assert int(state.count) == 6 and seen == [(1, 2, 2), (1, 4, 2), (1, 6, 2)]
-    order = epoch_order(1, 1, 24, 4)
-    ref, _ = per_step(gd(0.1), [(X[i], Y[i]) for i in order[:6]])
-    assert bits(state) == bits(ref) and history[0]["epoch"] == 1
 
 
 def counting_model():
@@ -117,17 +81,18 @@ def test_a_sweep_over_the_damping_compiles_once_and_each_damping_is_its_own_step
         return jnp.mean(0.5 * jnp.sum((z - Y[:6]) ** 2, axis=-1))
 
     grad, ctx = jax.grad(loss)(P0), Context(MODEL, half_squared_error, X[:6], Y[:6])
-    cores, moved = set(), []
+    before, moved = [], []
     for lam in (1e-3, 1e-1, 10.0):
         step = train_step(MODEL, half_squared_error, gd(0.5, metric=metric(lam)))
+        before.append(step.traces)  # what its engine traced before its first call
         state, _ = step(step.init(P0), X[:6], Y[:6])
-        cores.add(id(step._core))
         sharp = unwrap(metric(lam).sharp(P0, Covector(grad, MODEL.param), ctx))
         want = jax.tree_util.tree_map(lambda p, v: p - 0.5 * v, P0, sharp)
         for got, ref in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(want)):
             np.testing.assert_allclose(got, ref, rtol=2e-4, atol=1e-6)
         moved.append(bits(state.params))
-    assert len(cores) == 1 and step.traces == {"call": 1}
+    # the later dampings' steps found the first one's trace: one engine, one compilation
+    assert before[1:] == [{"call": 1}] * 2 and step.traces == {"call": 1}
     assert len({tuple(m) for m in moved}) == 3  # and the dampings did differ
     assert gd(0.5, metric=metric(1e-3)) != gd(0.5, metric=metric(1e-1))  # equal but for λ
     assert gd(0.5, metric=metric(1e-3)) == gd(0.5, metric=metric(1e-3))
@@ -139,9 +104,9 @@ def test_equal_optimisers_are_equal_and_share_their_compilation():
     assert adam(1e-3) != momentum(1e-3) and gd(0.1) != gd(0.1, metric=None, on_domain_error="backtrack")
     a = train_step(MODEL, half_squared_error, adam(1e-3))
     b = train_step(MODEL, half_squared_error, adam(5e-3))
-    assert a._core is b._core
     s = a.init(P0)
     a(s, X[:4], Y[:4])
+    assert b.traces == a.traces == {"call": 1}  # b's engine is a's: it holds a's trace
     b(s, X[:4], Y[:4])
     assert a.traces["call"] == 1
 
@@ -163,58 +128,24 @@ def test_optax_transformations_equal_by_value_share_their_compilation():
     batches = [(X[i:i + 4], Y[i:i + 4]) for i in range(0, 24, 4)]
     Xs, Ys = np.stack([b[0] for b in batches]), np.stack([b[1] for b in batches])
     injected = optax.inject_hyperparams(optax.rmsprop)
-    steps = {}
+    steps, before = {}, {}
     for name, make in [("plain", optax.rmsprop), ("injected", lambda r: injected(learning_rate=r))]:
         for lr in (0.01, 0.03, 0.01):
             step = train_step(MODEL, half_squared_error, from_optax(make(lr)))
+            before.setdefault(name, []).append(step.traces)  # its engine's traces so far
             state, _ = step.run(step.init(P0), Xs, Ys)
             want = optax_loop(make(lr), batches)
             for got, ref in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(want)):
                 np.testing.assert_allclose(got, ref, rtol=2e-5, atol=1e-6)
             steps.setdefault(name, []).append(step)
-    plain, inj = steps["plain"], steps["injected"]
     # the rate is a constant of optax.rmsprop's closure: equal rates share, others do not
-    assert plain[0]._core is plain[2]._core and plain[0]._core is not plain[1]._core
+    assert before["plain"] == [{}, {}, {"stacked": 1}]
     # inject_hyperparams keeps the rate in the state: the whole sweep is one compilation
-    assert inj[0]._core is inj[1]._core is inj[2]._core and inj[0].traces == {"stacked": 1}
+    assert before["injected"] == [{}, {"stacked": 1}, {"stacked": 1}]
+    assert steps["injected"][0].traces == {"stacked": 1}
     assert from_optax(optax.rmsprop(0.1)) == from_optax(optax.rmsprop(0.1))
     assert from_optax(optax.rmsprop(0.1)) != from_optax(optax.rmsprop(0.2))
     assert from_optax(optax.rmsprop(0.1)) != from_optax(optax.adam(0.1))
-
-
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(batch_size=100), HyperparameterError, "batch_size 100 is larger than the 24"),
-    (dict(checkpoint_path="x.st"), HyperparameterError, "checkpoint_every"),
-    (dict(key="abc"), KindError, "key must be"),
-    (dict(resume_from=3.5), KindError, "resume_from must be a file path"),
-    (dict(checkpoint_every=2, checkpoint_path="c.st", on_checkpoint=3), KindError, "on_checkpoint"),
-    (dict(mesh="batch"), KindError, "mesh must be a jax.sharding.Mesh"),
-    (dict(callbacks=[3]), KindError, "callbacks"),
-    (dict(batch_size=0), HyperparameterError, "batch_size"),
-])
-def test_fit_refuses_bad_arguments_before_anything_runs(kwargs, error, match, tmp_path):
-    with pytest.raises(error, match=match):
-        fit(MODEL, half_squared_error, gd(0.1), P0, (X, Y), epochs=1,
-            **{"batch_size": 4, **kwargs})
-
-
-def test_resume_needs_data_in_memory(tmp_path):
-    path = str(tmp_path / "run.st")
-    fit(MODEL, half_squared_error, gd(0.1), P0, (X, Y), epochs=1, batch_size=4,
-        checkpoint_every=2, checkpoint_path=path)
-    with pytest.raises(HyperparameterError, match="in memory"):
-        fit(MODEL, half_squared_error, gd(0.1), P0, [(X[:4], Y[:4])], resume_from=path,
-            checkpoint_every=2, checkpoint_path=path)
-    with pytest.raises(CheckpointMismatch, match="batches of"):
-        fit(MODEL, half_squared_error, gd(0.1), P0, (X, Y), epochs=1, batch_size=6,
-            resume_from=path)
-
-
-def test_an_iterable_of_malformed_batches_is_refused_naming_the_batch():
-    with pytest.raises(ShapeError, match="batch 1 of the iterable"):
-        fit(MODEL, half_squared_error, gd(0.1), P0, [(X[:4], Y[:4]), (X[:4, :2], Y[:4])])
-    with pytest.raises(ShapeError, match="not a pair"):
-        fit(MODEL, half_squared_error, gd(0.1), P0, [X[:4]])
 
 
 def test_a_state_of_another_optimiser_is_refused_naming_both():
@@ -272,7 +203,7 @@ def test_a_call_reads_its_batch_only_inside_the_loop():
     step = train_step(model, softmax_cross_entropy(classes=3), gd(0.1))
     state = step.init(model.init(jax.random.PRNGKey(0)))
     X, labels = jnp.ones((8, 4), jnp.float32), jnp.zeros((8,), jnp.int32)
-    text = step._core.compiled("call").lower(step._hyper, state, X, labels).compile().as_text()
+    text = step.lowered(state, X, labels).compile().as_text()
     entry = text[text.index("\nENTRY"):].split("\n}")[0].splitlines()[1:]
     batch = {line.split(" = ")[0].strip() for line in entry  # the inputs and the labels
              if " parameter(" in line and ('op_name="a"' in line or 'op_name="b"' in line)}
@@ -281,3 +212,129 @@ def test_a_call_reads_its_batch_only_inside_the_loop():
     readers = [line.split(" = ")[1].split("(")[0].split()[-1] for line in entry
                if operand.search(line)]
     assert readers and set(readers) <= {"bitcast"}, readers
+
+
+# -- a classifier against a hand-written one (optax's cross-entropy, `jax.grad`) -------------------
+
+CE3 = functools.partial(softmax_cross_entropy, classes=3)
+CLASSIFIER = dense(4, 6) >> tanh >> dense(6, 3)
+C_P0 = CLASSIFIER.init(jax.random.PRNGKey(0))
+C_X = np.asarray(draws.normal(jax.random.PRNGKey(1), (10, 4)))
+C_Y = np.asarray(jax.random.randint(jax.random.PRNGKey(2), (10,), 0, 3))
+
+
+@functools.partial(jax.jit, static_argnames="reduction")
+def hand_loss(p, C_X=C_X, C_Y=C_Y, reduction="mean"):
+    """Cross-entropy of W₂ tanh(W₁x + b₁) + b₂, written with optax and no lenses."""
+    (W1, b1), _, (W2, b2) = p
+    logits = jnp.tanh(C_X @ W1.T + b1[None, :]) @ W2.T + b2[None, :]
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, C_Y)
+    return jnp.mean(losses) if reduction == "mean" else jnp.sum(losses)
+
+
+hand_value_and_grad = jax.jit(jax.value_and_grad(hand_loss), static_argnames="reduction")
+
+
+def leaves(t):
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(t)]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_report_and_step_match_an_independent_computation(reduction):
+    lr = 0.1
+    step = train_step(CLASSIFIER, CE3, gd(lr), reduction=reduction)
+    state = step.init(C_P0)
+    new, report = step(state, C_X, C_Y)
+    loss, g = hand_value_and_grad(C_P0, reduction=reduction)
+    assert float(report.loss) == pytest.approx(float(loss), abs=1e-12)
+    slope = max(float(jnp.max(jnp.abs(a))) for a in jax.tree_util.tree_leaves(g))
+    assert float(report.largest_slope) == pytest.approx(slope, abs=1e-12)
+    expected = jax.tree_util.tree_map(lambda p, gi: p - lr * gi, C_P0, g)
+    for a, b in zip(leaves(new.params), leaves(expected)):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    assert new.params[1] is None and int(new.count) == 1
+
+
+def test_nesterov_step_evaluates_at_the_lookahead_point():
+    """Phase one at φ = lookahead(s, θ): the losses and points are optax's Nesterov iterates."""
+    lr, beta = 0.2, 0.9
+    opt = nesterov(lr, beta)
+    step = train_step(CLASSIFIER, CE3, opt)
+    tx = optax.sgd(lr, momentum=beta, nesterov=True)
+    state, p, s = step.init(C_P0), C_P0, tx.init(C_P0)
+    for _ in range(5):
+        state, report = step(state, C_X, C_Y)
+        loss, g = hand_value_and_grad(p)
+        assert float(report.loss) == pytest.approx(float(loss), abs=1e-10)
+        u, s = tx.update(g, s, p)
+        p = optax.apply_updates(p, u)
+        phi = opt.lookahead(state.opt_state, state.params)
+        for a, b in zip(leaves(phi), leaves(p)):
+            np.testing.assert_allclose(a, b, atol=1e-10)
+    # θ itself is not optax's point: the lookahead is a genuine forward part
+    assert max(np.max(np.abs(a - b)) for a, b in zip(leaves(state.params), leaves(p))) > 1e-3
+
+
+def test_parameterless_network_reports_no_movement():
+    model = tanh.at(R(3)) >> sigmoid
+    step = train_step(model, half_squared_error, adam(0.1))
+    state = step.init((None, None))
+    new, report = step(state, np.ones((4, 3)), np.zeros((4, 3)))
+    assert report.largest_slope is None
+    assert new.params == (None, None)
+    expected = 0.5 * 3 * (1 / (1 + np.exp(-np.tanh(1.0)))) ** 2  # mean of equal examples
+    assert float(report.loss) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_step_is_compiled_once():
+    traces = []
+
+    def family(y):
+        traces.append(1)  # the loss family is only called while the step is being traced
+        return CE3(y)
+
+    step = train_step(CLASSIFIER, family, adam(0.01))
+    state = step.init(C_P0)
+    state, _ = step(state, C_X, C_Y)
+    after_first = len(traces)
+    assert after_first > 0
+    for _ in range(4):
+        state, _ = step(state, C_X, C_Y)
+    assert len(traces) == after_first
+
+
+def test_an_optax_transformation_is_accepted_as_the_rule():
+    a = train_step(CLASSIFIER, CE3, optax.adam(0.05))
+    b = train_step(CLASSIFIER, CE3, adam(0.05))
+    sa, sb = a.init(C_P0), b.init(C_P0)
+    for _ in range(3):
+        sa, _ = a(sa, C_X, C_Y)
+        sb, _ = b(sb, C_X, C_Y)
+    for x, y in zip(leaves(sa.params), leaves(sb.params)):
+        np.testing.assert_allclose(x, y, atol=1e-12)
+
+
+class PerExample(Metric):
+    """A data-dependent inner product: n times the Euclidean one, n read from the batch."""
+
+    def sharp(self, p, cov, ctx=None):
+        n = ctx.x.shape[0]
+        return Vector(jax.tree_util.tree_map(lambda a: a / n, unwrap(cov)))
+
+
+def test_the_metric_sees_the_batch():
+    """gd with the sum loss and the metric n·⟨,⟩ is gd with the mean loss."""
+    a = train_step(CLASSIFIER, CE3, gd(0.3, metric=PerExample()), reduction="sum")
+    b = train_step(CLASSIFIER, CE3, gd(0.3))
+    sa, _ = a(a.init(C_P0), C_X, C_Y)
+    sb, _ = b(b.init(C_P0), C_X, C_Y)
+    for x, y in zip(leaves(sa.params), leaves(sb.params)):
+        np.testing.assert_allclose(x, y, atol=1e-12)
+    assert max(np.max(np.abs(x - y)) for x, y in zip(leaves(sa.params), leaves(C_P0))) > 1e-4
+
+
+def test_train_state_is_a_pytree():
+    state = train_step(CLASSIFIER, CE3, adam(0.1)).init(C_P0)
+    assert isinstance(state, TrainState)
+    n = len(jax.tree_util.tree_leaves(state))
+    assert n == 4 + 1 + 4 + 4 + 1  # params, adam count, mu, nu, the ledger (count and fault)

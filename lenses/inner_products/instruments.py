@@ -131,7 +131,7 @@ def kfac_error(kfac, p, cov, ctx: Context, reference=None) -> float:
             reference = GaussNewton(kfac.damping)
         else:
             reference = Fisher(kfac.damping, empirical=kfac.curvature == "empirical",
-                               output_fisher=kfac._output_fisher)
+                               output_fisher=kfac.output_fisher)
     space = getattr(cov, "space", None) or ctx.model.param
     c = Covector(unwrap(cov), space)
     k, f = unwrap(kfac.sharp(p, c, ctx)), unwrap(reference.sharp(p, c, ctx))
@@ -187,8 +187,14 @@ def _laws_at(metric, space, ctx, p, u, v, c, rtol, dense_max, check_retract, mat
         lhs, rhs = _dot(flat(sharp(c)), v), _dot(c, v)
         if not abs(lhs - rhs) <= rtol * max(_norm(c) * _norm(v), 1e-300):
             _fail(metric, "g(c♯, v) = c(v)", p, f"g(c♯, v) = {lhs:.6g}, c(v) = {rhs:.6g}")
-    if not check_retract:
-        return
+    if check_retract:
+        _retract_laws(metric, space, p, u, v, rtol)
+
+
+def _retract_laws(metric, space, p, u, v, rtol):
+    """The laws of the metric's retraction R_p at p: R_p(0) = p, dR_p(0) = id (along u), and
+    every move R_p(s v) inside the space."""
+    d = ravel(p).size
     R = lambda t: metric.retract(p, t, space)  # noqa: E731
     zero = jax.tree_util.tree_map(jnp.zeros_like, u)
     err = _rel(R(zero), p) if _norm(p) > 0 else _norm(R(zero))

@@ -237,7 +237,7 @@ class KFAC(_DataMetric):
         if not 0 <= decay < 1:
             raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
         self.damping, self.curvature, self.fallback = damping, curvature, fallback
-        self._output_fisher, self.decay = output_fisher, decay
+        self.output_fisher, self.decay = output_fisher, decay
         self.factor_period = _period(factor_period, "factor_period")
         self.inverse_period = _period(inverse_period, "inverse_period")
         self.damping_period = _period(damping_period, "damping_period")
@@ -283,7 +283,7 @@ class KFAC(_DataMetric):
         return sites
 
     def _fisher(self, ctx):
-        return self._output_fisher or output_fisher(ctx.loss)
+        return self.output_fisher or output_fisher(ctx.loss)
 
     def _sample(self, ctx):
         if self.sampler is not None:
@@ -497,9 +497,9 @@ class KFAC(_DataMetric):
             return GaussNewton(0.0)
         if self.curvature == "empirical":
             return Fisher(0.0, empirical=True)
-        if self._output_fisher is None and not loss_family(ctx.loss).has_output_fisher:
+        if self.output_fisher is None and not loss_family(ctx.loss).has_output_fisher:
             return GaussNewton(0.0)  # "sampled" for a family with a sampler only
-        return Fisher(0.0, output_fisher=self._output_fisher)
+        return Fisher(0.0, output_fisher=self.output_fisher)
 
     def _damped_product(self, p, lam, ctx):
         """v ↦ (C + λ I) v, flattened, C the exact curvature of the batch (matrix-free)."""

@@ -18,13 +18,13 @@ transformation), then the learning rate, v ↦ −η v; the point moves to p + (
 Modules: `parts` (the part protocol, the library's parts, their states), `lens` (the optimiser
 lens `Optimiser`, `chain`, and `Update`, the class of the update map that `gd` returns),
 `shorthands` (gd, momentum, nesterov, adagrad, adam, from_optax), `faults` (refused steps and
-backtracking).
+backtracking; their errors are the catalogue's, `lenses.errors`).
 
 States are pytrees (NamedTuples) with parameter-shaped leaves and None at R^0 slots.
 """
 
-from .faults import (NonFiniteError, check_params, find_missing, finite_flags, raise_non_finite,
-                     raise_outside, slot_names)
+from .faults import (check_params, find_missing, finite_flags, raise_non_finite, raise_outside,
+                     slot_names)
 from .lens import Optimiser, chain
 from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sharp, is_part,
                     scale_by_adagrad, scale_by_adam, scale_by_learning_rate, scale_by_momentum,
@@ -35,5 +35,5 @@ from .riemannian import RiemannianAdamState, riemannian_adam, scale_by_riemannia
 __all__ = ["Optimiser", "chain", "gd", "momentum", "nesterov", "adagrad",
            "adam", "from_optax", "Part", "Sharp", "sharp",
            "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
-           "NonFiniteError", "EmptyState", "MomentumState", "AdagradState", "AdamState",
+           "EmptyState", "MomentumState", "AdagradState", "AdamState",
            "riemannian_adam", "scale_by_riemannian_adam", "RiemannianAdamState"]

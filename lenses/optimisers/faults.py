@@ -129,5 +129,5 @@ def _backtrack(space, p, p_new, inside, max_halvings):
     return p_out, ok
 
 
-__all__ = ["NonFiniteError", "slot_names", "find_missing", "check_params", "finite_flags",
+__all__ = ["slot_names", "find_missing", "check_params", "finite_flags",
            "raise_outside", "raise_non_finite"]

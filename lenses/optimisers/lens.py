@@ -241,12 +241,13 @@ class Optimiser:
             if not (bool(jnp.all(cov_ok)) and bool(jnp.all(new_ok))):
                 raise_non_finite(list(cov_ok), list(new_ok), None)
             if not bool(inside) and space is not None:  # without a space every point is inside
-                raise_outside(space, p_new, note=self._note())
+                raise_outside(space, p_new, note=self.outside_note())
         return s_new, p_new
 
     put = step
 
-    def _note(self):
+    def outside_note(self):
+        """The end of the error for a point the step leaves outside: what this optimiser did."""
         return (f" (still outside after {self.max_halvings} halvings of the step)"
                 if self.on_domain_error == "backtrack" else
                 " (pass on_domain_error='backtrack' to shorten the step instead)")

@@ -15,7 +15,7 @@
 
 from .evaluate import accuracy, check_labels, predict
 from .faults import Fault
-from .fit import FitProgress, fit
+from .fit import Checkpoints, FitProgress, fit
 from .layout import Layout, per_device_bytes
 from .saved import Saved, load, save
 from .sources import DEVICE_DATA_LIMIT, epoch_order
@@ -23,5 +23,6 @@ from .state import Report, TrainState
 from .trainer import TrainStep, train_step
 
 __all__ = ["TrainStep", "TrainState", "Report", "Fault", "train_step", "fit", "FitProgress",
-           "epoch_order", "predict", "accuracy", "check_labels", "save", "load", "Saved",
+           "Checkpoints", "epoch_order", "predict", "accuracy", "check_labels", "save", "load",
+           "Saved",
            "DEVICE_DATA_LIMIT", "Layout", "per_device_bytes"]

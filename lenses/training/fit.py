@@ -3,15 +3,15 @@
 `fit` is a composition of the engine's parts: a `TrainStep` (the checked step and its
 compiled loop, shared by equal optimisers), a source of chunks (`sources`: data held in
 memory, gathered on the device by each epoch's indices or cut on the host, or an iterable
-of batches grouped into chunks), and the scheduler (`schedule.dispatch` / `settle`). Each
-chunk is dispatched before the one before it is settled, so the device has work while the
+of batches grouped into chunks), and the scheduler, through the step's doors
+(`TrainStep.dispatch` / `settle`). Each chunk is dispatched before the one before it is settled, so the device has work while the
 host reads back, records, checkpoints and calls the callbacks; a fault raises when its chunk
 is settled, naming the step, with the state before it, and the chunk dispatched after it (no-
 ops from the fault on) is dropped.
 
-Checkpoints (`checkpoint_every=N`, `checkpoint_path=...`): chunks also end where the step
+Checkpoints (`checkpoints=Checkpoints(path, every=N)`): chunks also end where the step
 count reaches a multiple of N, and there the state, the key and the run's progress are saved
-atomically (`saved`). `resume_from=path` continues the run a checkpoint belongs to, ending
+atomically (`saved`). With `resume=True`, a run whose file exists continues from it, ending
 where it was to end, with the history it would have had: a run killed and resumed ends bit
 for bit as the uninterrupted run.
 """
@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from categories.errors import CheckpointMismatch, HyperparameterError, KindError, ShapeError
 
-from . import schedule
 from .evaluate import accuracy, check_labels
 from .saved import load, save
 from .sources import InMemory, Stream, as_key, count_arg, key_data
@@ -51,31 +51,72 @@ class FitProgress(NamedTuple):
     history: list
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where and how often `fit` saves its run, and whether it continues a saved one: the
+    file `path`, saved every `every` steps (None: never) with `on_save(state)` called after
+    each save, and, with `resume`, the run saved in `path` continued if the file exists (else
+    the run starts from `params`).
+
+    Examples:
+        >>> Checkpoints("run.st", every=100, resume=True)
+        Checkpoints(path='run.st', every=100, resume=True, on_save=None)
+        >>> Checkpoints("run.st")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        categories.errors.HyperparameterError: Checkpoints('run.st') neither saves nor resumes...
+    """
+
+    path: Any
+    every: int | None = None
+    resume: bool = False
+    on_save: Callable | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.path, (str, os.PathLike)):
+            raise KindError(f"Checkpoints needs a file path (str or os.PathLike), got "
+                            f"{self.path!r}")
+        if self.every is not None:
+            object.__setattr__(self, "every", count_arg(self.every, "Checkpoints: every", 1))
+        if not isinstance(self.resume, bool):
+            raise KindError(f"Checkpoints: resume must be True or False, got {self.resume!r}")
+        if self.on_save is not None and not callable(self.on_save):
+            raise KindError(f"Checkpoints: on_save must be a function state -> None, got "
+                            f"{self.on_save!r}")
+        if self.on_save is not None and self.every is None:
+            raise HyperparameterError("Checkpoints: on_save is called after each save; pass "
+                                      "every=N, how many steps apart to save the run")
+        if self.every is None and not self.resume:
+            raise HyperparameterError(f"Checkpoints({self.path!r}) neither saves nor resumes: "
+                                      "pass every=N (save every N steps), resume=True (continue "
+                                      "the run saved there), or both")
+
+
 def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int = 32,
         key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
         mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
-        max_steps: int | None = None, checkpoint_every: int | None = None,
-        checkpoint_path=None, resume_from=None, on_checkpoint=None, callbacks=(), layout=None):
+        max_steps: int | None = None, checkpoints: Checkpoints | None = None, callbacks=(),
+        layout=None):
     """Train for `epochs` more passes over `data`: (state, history).
 
     `data` is a tuple (X, Y) held in memory, shuffled each epoch into batches of exactly
-    `batch_size` (the remainder dropped; `epoch_order`), or any iterable of batches (X, Y)
-    (a generator, a data loader), taken as they come, `epochs` passes (an iterator ends the
-    run when it is exhausted). `params` may be a `TrainState` to continue a run where it
-    stopped. `steps_per_dispatch` steps run in one compiled call (default: an epoch, at most
-    256, for data in memory; 32 for a stream); `on_device` puts in-memory data on the device
-    (default: under `DEVICE_DATA_LIMIT` bytes). `max_steps` stops once the state has taken
-    that many steps. `callbacks`: functions called after each chunk with a `FitProgress`;
-    one that returns True stops the run there. `progress` shows a tqdm bar (default: when
-    stderr is a terminal). The history is a list of per-epoch dicts: epoch, loss (mean over
-    the epoch's steps taken here), steps_per_s, and accuracy on `eval_data` when given.
+    `batch_size` (the remainder dropped; `epoch_order`, drawn from the PRNG `key`), or any
+    iterable of batches (X, Y) (a generator, a data loader), taken as they come, `epochs`
+    passes (an iterator ends the run when it is exhausted). `params` may be a `TrainState` to
+    continue a run where it stopped. `steps_per_dispatch` steps run in one compiled call
+    (default: an epoch, at most 256, for data in memory; 32 for a stream); `on_device` puts
+    in-memory data on the device (default: under `DEVICE_DATA_LIMIT` bytes). `max_steps`
+    stops once the state has taken that many steps. `callbacks`: functions called after each
+    chunk with a `FitProgress`; one that returns True stops the run there. `progress` shows
+    a tqdm bar (default: when stderr is a terminal). The history is a list of per-epoch
+    dicts: epoch, loss (mean over the epoch's steps taken here), steps_per_s, and accuracy
+    on `eval_data` when given.
 
-    `checkpoint_every=N` with `checkpoint_path` saves the run every N steps and calls
-    `on_checkpoint(state)` after each save; `resume_from=path` continues the run saved there
-    (if the file exists; else the run starts from `params`). Everything is checked before
-    anything is compiled (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`).
-    `mesh` splits each batch over a mesh axis; `layout` (a `Layout`) splits the parameters and
-    optimiser state over it for the whole run (`train_step`).
+    `checkpoints` (a `Checkpoints`) saves the run every N steps to its file, or continues the
+    run saved there, or both. Everything is checked before anything is compiled
+    (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`). `mesh` splits each
+    batch over a mesh axis; `layout` (a `Layout`) splits the parameters and optimiser state
+    over it for the whole run (`train_step`).
 
     Examples:
         Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r
@@ -96,31 +137,27 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     step = train_step(model, loss_family, opt, reduction, mesh, layout=layout)
     plan = dict(epochs=count_arg(epochs, "epochs", 0),
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
-    every = _checkpointing(checkpoint_every, checkpoint_path, resume_from, on_checkpoint)
+    every = _checkpoints(checkpoints).every if checkpoints is not None else None
     callbacks = _callables(callbacks)
     source = (InMemory if _in_memory(data) else Stream)(
         step, data, batch_size, as_key(key), on_device, steps_per_dispatch, every)
-    if eval_data is not None:
-        if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
-            raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
-        check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
-    resumed = _resume(resume_from, step, source, key)
+    _check_eval(step, eval_data)
+    resumed = _resume(checkpoints, step, source, key)
     state = step.place(resumed["state"]) if resumed else \
         step.place(params) if isinstance(params, TrainState) else step.init(params)
     step.check(state)
-    run = _Run(step, source, state, plan, resumed, eval_data, every, checkpoint_path,
-               on_checkpoint, callbacks, progress)
-    return run.go()
+    return _Fitting(step, source, state, plan, resumed, eval_data, checkpoints, callbacks,
+                    progress).go()
 
 
-class _Run:
+class _Fitting:
     """One call of `fit`: the chunks in flight, the history, the checkpoints."""
 
-    def __init__(self, step, source, state, plan, resumed, eval_data, every, path,
-                 on_checkpoint, callbacks, progress):
+    def __init__(self, step, source, state, plan, resumed, eval_data, checkpoints, callbacks,
+                 progress):
         self.step, self.source, self.state = step, source, state
-        self.eval_data, self.every, self.path = eval_data, every, path
-        self.on_checkpoint, self.callbacks = on_checkpoint, callbacks
+        self.eval_data, self.checkpoints, self.callbacks = eval_data, checkpoints, callbacks
+        self.every = checkpoints.every if checkpoints is not None else None
         self.first = source.first_epoch(state.steps_taken())
         self.last = self.first + plan["epochs"] - 1
         self.max_steps, self.history, self.losses = plan["max_steps"], [], []
@@ -133,14 +170,14 @@ class _Run:
 
     def go(self):
         """Dispatch each chunk, then settle the one before it: (state, history)."""
-        core, hyper, pending = self.step._core, self.step._hyper, None
+        pending = None
         try:
             for chunk in self.source.chunks(self.state.steps_taken(), self.first, self.last,
                                             self.max_steps):
                 if chunk.first_in_epoch:
                     self.started, self.taken = time.perf_counter(), 0
                 start = pending[1].end if pending is not None else self.state
-                nxt = (chunk, schedule.dispatch(core, hyper, start, *chunk.args))
+                nxt = (chunk, self.step.dispatch(start, *chunk.args))
                 if pending is not None and self._settle(*pending):
                     return self.state, self.history
                 pending = nxt
@@ -153,7 +190,7 @@ class _Run:
     def _settle(self, chunk, pending) -> bool:
         """Judge a chunk, record it; True when a callback asks to stop."""
         try:
-            self.state, rows = schedule.settle(pending, self.step._describe)
+            self.state, rows = self.step.settle(pending)
         except Exception as error:  # noqa: BLE001 - a fault: the history so far travels with it
             error.history = self.history  # type: ignore[attr-defined]  # on any error, as documented
             raise
@@ -185,11 +222,11 @@ class _Run:
     def _checkpoint(self):
         losses = np.concatenate(self.losses) if self.losses else np.zeros((0,))
         plan = dict(last=self.last, max_steps=self.max_steps, **self.source.identity())
-        save(self.path, self.state, self.step.model, self.step.opt, self.source.key,
+        save(self.checkpoints.path, self.state, self.step.model, self.step.opt, self.source.key,
              fit=dict(plan, history=self.history), extra_arrays={"epoch_losses": losses},
              layout=self.step.layout)
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(self.state)
+        if self.checkpoints.on_save is not None:
+            self.checkpoints.on_save(self.state)
 
 
 def _bar(progress, total):
@@ -209,24 +246,20 @@ def _in_memory(data) -> bool:
     return isinstance(data, list) and len(data) == 2 and hasattr(data[0], "shape")
 
 
-def _path(x, name: str):
-    if x is not None and not isinstance(x, (str, os.PathLike)):
-        raise KindError(f"{name} must be a file path (str or os.PathLike), got {x!r}")
-    return x
+def _checkpoints(checkpoints) -> Checkpoints:
+    if not isinstance(checkpoints, Checkpoints):
+        raise KindError(f"checkpoints must be a Checkpoints(path, every=N, resume=...), got "
+                        f"{checkpoints!r}")
+    return checkpoints
 
 
-def _checkpointing(every, path, resume_from, on_checkpoint):
-    _path(path, "checkpoint_path")
-    _path(resume_from, "resume_from")
-    if on_checkpoint is not None and not callable(on_checkpoint):
-        raise KindError(f"on_checkpoint must be a function state -> None, got {on_checkpoint!r}")
-    every = None if every is None else count_arg(every, "checkpoint_every", 1)
-    if every is not None and path is None:
-        raise HyperparameterError("checkpoint_every needs checkpoint_path, the file to save to")
-    if path is not None and every is None:
-        raise HyperparameterError("checkpoint_path needs checkpoint_every=N, how many steps "
-                                  "apart to save the run")
-    return every
+def _check_eval(step, eval_data) -> None:
+    """eval_data, if given, is a pair (X, Y) of inputs and labels for a classifier."""
+    if eval_data is None:
+        return
+    if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
+        raise ShapeError(f"eval_data must be a pair (X, Y), got {type(eval_data).__name__}")
+    check_labels(step.model, *eval_data)  # a classifier, and labels for it, before training
 
 
 def _callables(callbacks):
@@ -237,14 +270,18 @@ def _callables(callbacks):
     return callbacks
 
 
-def _resume(path, step, source, key):
-    """The run saved at `path` (None when there is no such file): its state, key, history,
-    losses of the epoch in progress and planned end, checked against this call."""
-    if path is None or not os.path.exists(path):
+def _resume(checkpoints, step, source, key):
+    """The run saved in the checkpoints' file, if they resume and it exists (else None): its
+    state, key, history, losses of the epoch in progress and planned end, checked against
+    this call."""
+    if checkpoints is None or not checkpoints.resume:
         return None
     if not source.resumable:
-        raise HyperparameterError("resume_from needs the data in memory, (X, Y): the position "
-                                  "of an iterable of batches cannot be restored")
+        raise HyperparameterError("Checkpoints(resume=True) needs the data in memory, (X, Y): "
+                                  "the position of an iterable of batches cannot be restored")
+    path = checkpoints.path
+    if not os.path.exists(path):
+        return None
     saved = load(path, step.model, step.opt, step.mesh, step.layout)
     progress = saved.info.get("fit")
     if not progress:
@@ -266,4 +303,4 @@ def _resume(path, step, source, key):
                 epoch_losses=np.asarray(saved.info["extra"]["epoch_losses"]))
 
 
-__all__ = ["fit", "FitProgress"]
+__all__ = ["fit", "FitProgress", "Checkpoints"]

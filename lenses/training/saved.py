@@ -23,8 +23,8 @@ devices: `process_allgather`); the file records the layout's rule. `load(..., me
 layout=)` puts the state laid out on any mesh, of any shape (or on one device, without a
 mesh), and refuses a file saved under another layout, naming both.
 
-`fit(..., checkpoint_every=N, checkpoint_path=...)` uses these files to continue a run
-exactly (`lenses.training.fit`): the file also holds the run's progress (its history, the losses
+`fit(..., checkpoints=Checkpoints(path, every=N, resume=True))` uses these files to continue
+a run exactly (`lenses.training.fit`): the file also holds the run's progress (its history, the losses
 of the epoch in progress, its planned end), under the metadata's "fit" entry.
 """
 
@@ -46,7 +46,6 @@ from categories.errors import (CheckpointError, CheckpointMismatch, KindError, P
 
 from .state import TrainState
 from .step import slot_spaces
-from .trainer import TrainStep
 from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
 from ..para_lens import _leaf_shapes, _tree_mismatch, need_lens
 
@@ -94,12 +93,10 @@ def _fixed(model):
 def _as_optimiser(opt):
     if opt is None or isinstance(opt, Optimiser):
         return opt
-    if isinstance(opt, TrainStep):
-        return opt.opt
     if isinstance(opt, optax.GradientTransformation):
         return from_optax(opt)
-    raise KindError(f"load needs the optimiser the state was trained with (an Optimiser, an "
-                    f"optax transformation or a TrainStep), got {type(opt).__name__} {opt!r}")
+    raise KindError(f"load needs the optimiser the state was trained with (an Optimiser or an "
+                    f"optax transformation), got {type(opt).__name__} {opt!r}")
 
 
 def _is_typed_key(key) -> bool:

@@ -8,7 +8,8 @@ whether its end state holds a fault (whose record is then read too). A step the 
 refuses leaves the state as it was and makes the chunk's later steps no-ops, so a chunk that
 meets a fault ends at the state before it, which the raised error carries. `TrainStep.run`
 and every chunk of `fit` (in memory or from an iterator, with or without a mesh, in one
-process or several) go through these two functions.
+process or several) go through these two functions, by the step's doors `TrainStep.dispatch`
+and `TrainStep.settle`.
 
 The batches of a chunk are either stacked (a leading axis of k steps) or gathered on the
 device from data held there, by a (k, batch) array of indices.
@@ -55,9 +56,4 @@ def settle(pending: Pending, describe):
     return pending.end, rows
 
 
-def run(core, hyper, state, data, describe, idx=None):
-    """A chunk dispatched and settled: (state, rows)."""
-    return settle(dispatch(core, hyper, state, data, idx), describe)
-
-
-__all__ = ["Pending", "dispatch", "settle", "run"]
+__all__ = ["Pending", "dispatch", "settle"]

@@ -1,7 +1,7 @@
 """Where `fit`'s chunks come from: data held in memory, or an iterable of batches.
 
 A source checks its data once, at the edge, and yields `Chunk`s: the arguments of
-`schedule.dispatch` for a run of steps, and where the chunk stands in its epoch. Chunks are
+`TrainStep.dispatch` for a chunk of steps, and where the chunk stands in its epoch. Chunks are
 made lazily, so that the next chunk's batches travel to the device while the current chunk
 runs. They also end where the step count reaches a multiple of `every` (a checkpoint is due).
 
@@ -30,7 +30,7 @@ DEVICE_DATA_LIMIT = 1 << 30
 
 
 class Chunk(NamedTuple):
-    """A run of steps: `args` for `schedule.dispatch` ((Xs, Ys) stacked, or (data, idx)),
+    """A chunk of steps: `args` for `TrainStep.dispatch` ((Xs, Ys) stacked, or (data, idx)),
     its epoch, and whether it begins or ends the epoch."""
 
     args: tuple
@@ -91,9 +91,9 @@ def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
         True
     """
     seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [int(epoch)])
-    steps = n // batch_size
+    batches = n // batch_size
     perm = np.random.default_rng(seed).permutation(n)
-    return perm[: steps * batch_size].reshape(steps, batch_size)
+    return perm[: batches * batch_size].reshape(batches, batch_size)
 
 
 def cuts(start: int, end: int, k_max: int, base: int, every: int | None) -> list:
@@ -117,8 +117,7 @@ def _split(step, batch_size: int) -> int:
     if batch_size % processes:
         raise HyperparameterError(f"a batch of {batch_size} cannot be fed evenly by {processes} "
                                   "processes")
-    if step.mesh is not None:
-        step._check_split(batch_size)
+    step.check_split(batch_size)
     return batch_size // processes
 
 
@@ -135,11 +134,11 @@ def _check_pair(step, X, Y, what: str) -> int:
     return n
 
 
-def _to_device(step, stacked):
+def _to_device(step, batches):
     """Stacked batches sent to the device (asynchronously), split over the mesh if any."""
     if step.mesh is not None:
-        return step.global_batch(stacked, steps=True)
-    return jax.device_put(stacked)
+        return step.global_batch(batches, stacked=True)
+    return jax.device_put(batches)
 
 
 class InMemory:
@@ -160,8 +159,8 @@ class InMemory:
                                       "examples: every batch has exactly batch_size examples; "
                                       f"pass batch_size ≤ {self.n}")
         self.step, self.key, self.every = step, key, every
-        self.steps = self.n // self.bs
-        self.k_max = self.steps if steps_per_dispatch is None else \
+        self.per_epoch = self.n // self.bs
+        self.k_max = self.per_epoch if steps_per_dispatch is None else \
             count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
         self.k_max = min(self.k_max, 256) if steps_per_dispatch is None else self.k_max
         nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((X, Y)))
@@ -173,17 +172,17 @@ class InMemory:
         return {"n": self.n, "batch_size": self.bs}
 
     def first_epoch(self, count: int) -> int:
-        return count // self.steps + 1
+        return count // self.per_epoch + 1
 
     def total(self, count, last, max_steps):
-        end = last * self.steps if max_steps is None else min(last * self.steps, max_steps)
+        end = last * self.per_epoch if max_steps is None else min(last * self.per_epoch, max_steps)
         return max(end - count, 0)
 
     def chunks(self, count, first, last, max_steps):
         for epoch in range(first, last + 1):
-            base = (epoch - 1) * self.steps
+            base = (epoch - 1) * self.per_epoch
             start = count - base if epoch == first else 0
-            end = self.steps if max_steps is None else min(self.steps, max_steps - base)
+            end = self.per_epoch if max_steps is None else min(self.per_epoch, max_steps - base)
             if end <= start:
                 return
             order = epoch_order(self.key, epoch, self.n, self.bs)

@@ -1,5 +1,6 @@
 """`train_step`: the user's handle on the engine — one checked step per call, or many steps
-in one dispatch when asked for (`TrainStep.run`).
+in one dispatch when asked for (`TrainStep.run`, which is `dispatch` then `settle`, the two
+doors `fit` schedules its chunks through).
 
 Each call does what it says when it is made: `step(state, X, Y)` dispatches the checked
 step now (JAX's dispatch is asynchronous: nothing is read back) and returns the new state
@@ -73,7 +74,7 @@ class TrainStep:
         if mesh is not None:
             self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
         self._call = self._core.compiled("call")
-        self._describe = (self.names, opt._note(), self.spaces)
+        self._describe = (self.names, opt.outside_note(), self.spaces)
 
     def init(self, params) -> TrainState:
         """The state (p, s₀, 0, no fault) for the initial point p."""
@@ -91,12 +92,12 @@ class TrainStep:
             return jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
         return state
 
-    def global_batch(self, local, steps: bool = False):
+    def global_batch(self, local, stacked: bool = False):
         """The batch split over the mesh from this process's own rows of it
         (`jax.make_array_from_process_local_data`: each process feeds its shard); with
-        `steps`, a stack of batches (a leading axis of steps, split along the next)."""
+        `stacked`, a stack of batches (a leading axis of steps, split along the next)."""
         spec = PartitionSpec() if self.axis is None else \
-            PartitionSpec(None, self.axis) if steps else PartitionSpec(self.axis)
+            PartitionSpec(None, self.axis) if stacked else PartitionSpec(self.axis)
         sharding = NamedSharding(self.mesh, spec)  # type: ignore[arg-type]  # only a step with a mesh is asked
         return jax.tree_util.tree_map(
             lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)), local)
@@ -105,7 +106,7 @@ class TrainStep:
         """Dispatch the checked step now: (state', report). Nothing is read back."""
         _need_state(state)
         if self.mesh is not None:
-            self._check_split(_rows(X))
+            self.check_split(_rows(X))
         X, Y = _own(X), _own(Y)
         try:
             new, row = self._call(self._hyper, state, X, Y)
@@ -124,15 +125,15 @@ class TrainStep:
         with the reports of the k steps as arrays; state and reports are those of k calls,
         bit for bit."""
         _need_state(state)
-        k = _steps(Xs, "Xs")
-        if _steps(Ys, "Ys") != k:
+        k = _stack_length(Xs, "Xs")
+        if _stack_length(Ys, "Ys") != k:
             raise ShapeError(f"run needs as many stacked targets as batches: {k} batches of "
-                             f"inputs, {_steps(Ys, 'Ys')} of targets")
+                             f"inputs, {_stack_length(Ys, 'Ys')} of targets")
         if self.mesh is not None:
-            self._check_split(_rows(jax.tree_util.tree_map(lambda a: a[0], Xs)))
+            self.check_split(_rows(jax.tree_util.tree_map(lambda a: a[0], Xs)))
         Xs, Ys = _own(Xs), _own(Ys)
         try:
-            new, rows = schedule.run(self._core, self._hyper, state, (Xs, Ys), self._describe)
+            new, rows = self.settle(self.dispatch(state, (Xs, Ys)))
         except ParalensError:
             raise
         except Exception as e:  # noqa: BLE001 - what JAX refuses before tracing
@@ -140,6 +141,39 @@ class TrainStep:
             self._diagnose(state, X0, Y0, e)
             raise
         return new, Report(rows, new, self._core.moves, self._describe)
+
+    def dispatch(self, state: TrainState, data, idx=None) -> schedule.Pending:
+        """A chunk of checked steps from `state`, dispatched (nothing waits, nothing is
+        checked here: the caller has checked the batches): `data` stacked batches (Xs, Ys)
+        with a leading axis of steps, or, with `idx`, data on the device and the (k, batch)
+        indices of each step's batch. Settle it with `settle`.
+
+        Examples:
+            >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+            >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+            >>> pending = step.dispatch(state, (jnp.ones((3, 4, 2)), jnp.zeros((3, 4, 1))))
+            >>> state, rows = step.settle(pending)
+            >>> int(state.count), rows[:, 0].round(5).tolist()
+            (3, [0.5, 0.245, 0.12005])
+        """
+        return schedule.dispatch(self._core, self._hyper, state, data, idx)
+
+    def settle(self, pending: schedule.Pending):
+        """(state, rows on the host) of a dispatched chunk, a row (loss, slope, fault kind) per
+        step: one read back; a fault recorded in the chunk raises, naming the step, the kind
+        and the slot, with `.state`, the state before it.
+
+        Examples:
+            >>> step = train_step(dense(2, 1), half_squared_error, gd(0.1))
+            >>> state = step.init((jnp.zeros((1, 2)), jnp.ones(1)))
+            >>> Xs = jnp.ones((2, 4, 2)).at[1, 0, 0].set(jnp.nan)  # step 2 meets a NaN
+            >>> try:
+            ...     step.settle(step.dispatch(state, (Xs, jnp.zeros((2, 4, 1)))))
+            ... except NonFiniteError as e:
+            ...     int(e.state.count)
+            1
+        """
+        return schedule.settle(pending, self._describe)
 
     def step_fn(self, state, X, Y):
         """The traceable checked step with this optimiser's numbers: (state', (loss, slope))
@@ -152,13 +186,26 @@ class TrainStep:
         _need_state(state)
         return state.check(*self._describe)
 
+    def lowered(self, state: TrainState, X, Y):
+        """What a call of this step runs, lowered for these arguments (`jax.stages.Lowered`),
+        to inspect: `.compile().as_text()` is the compiled program, `.cost_analysis()` its
+        cost."""
+        return self._call.lower(self._hyper, state, X, Y)
+
     @property
     def traces(self) -> dict:
         """How many times each compiled function of this step's engine was traced."""
         return dict(self._core.traces)
 
-    def _check_split(self, n):
-        if self.axis is None:  # a layout over a mesh without a data axis: the batch is whole
+    def check_split(self, n: int) -> None:
+        """Refuse (`ShapeError`) a batch of n examples that the devices of the mesh's data
+        axis cannot share evenly; a step without a mesh, or laid out without a data axis,
+        takes any batch whole.
+
+        Examples:
+            >>> train_step(dense(2, 1), half_squared_error, gd(0.1)).check_split(5)
+        """
+        if self.mesh is None or self.axis is None:  # a layout over a mesh without a data axis: the batch is whole
             return
         devices = self.mesh.shape[self.axis]
         if n % devices:
@@ -207,7 +254,8 @@ def _rows(batch) -> int:
     return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else 0
 
 
-def _steps(stack, name: str) -> int:
+def _stack_length(stack, name: str) -> int:
+    """k, the leading axis of a stack of k batches."""
     leaves = jax.tree_util.tree_leaves(stack)
     if not leaves or np.ndim(leaves[0]) == 0:
         raise ShapeError(f"run needs {name} stacked with a leading axis of steps, got "
