@@ -221,10 +221,14 @@ def sweep(runs, lrs, setup, seeds=SEEDS):
 
 def interior(res):
     \"\"\"Assert that every chosen rate is interior to its sweep: a smaller and a larger rate of
-    the sweep both score worse; and that no rate within a factor √2 of it diverges.\"\"\"
+    the sweep both score worse, its two neighbours within a factor √2 of it; and that no rate
+    closer than a factor √2 to it diverges.\"\"\"
     for name, r in res.items():
         s, k = r["score"], r["k"]
         assert np.any(s[:k] > s[k]) and np.any(s[k + 1:] > s[k]), (name, r["lrs"], s)
+        if "div" in r:  # a rate's sweep (a damping's grid is coarser: see (c))
+            gaps = [abs(np.log(r["lrs"][i] / r["lr"])) for i in (k - 1, k + 1)]
+            assert max(gaps) <= np.log(ROOT2) * 1.01, (name, "grid coarser than √2", r["lrs"])
         if "div" in r:
             near = [i for i, lr in enumerate(r["lrs"]) if abs(np.log(lr / r["lr"])) < np.log(ROOT2) * 0.99]
             assert all(d is None for i in near for d in r["div"][i]), (name, r["lrs"])
@@ -408,7 +412,7 @@ print("every chosen rate is interior to its sweep")
     md("""
 Aligned, the Jacobi inner product is nearly the Hessian and every seed reaches the target
 within a few steps; Gauss–Newton, the Hessian itself, in one; Euclidean gradient descent not
-within the run at any rate that does not diverge. Rotated, neither the diagonal inner
+within the run at its chosen rate, the next rate of its sweep already diverging. Rotated, neither the diagonal inner
 product nor Adam (whose scaling is per coordinate too), with or without its cosine schedule,
 reaches the target on any seed; Adam still scores better than Euclidean and the diagonal. Gauss–Newton is unchanged: it depends on
 the problem, not on the coordinates. The cell below checks each of these statements and
@@ -423,6 +427,8 @@ print("worst seed's steps to the target: " + "; ".join(
 assert worst["aligned", "GaussNewton"] == worst["rotated", "GaussNewton"] == 1  # one Newton step
 assert worst["aligned", "Diagonal"] <= 10 and worst["aligned", "adam"] < np.inf
 assert worst["aligned", "Euclidean"] == np.inf
+eu = a["Euclidean"]
+assert any(t is not None for t in eu["div"][eu["k"] + 1])  # its next rate diverges
 assert worst["aligned", "optax.adam+cos"] < np.inf  # the schedule changes neither conclusion
 for m in ("Diagonal", "Euclidean", "adam", "optax.adam+cos"):  # rotated: no seed gets there
     assert np.all(per_seed_steps(r_[m], TARGET_A) == np.inf), m
@@ -531,8 +537,12 @@ $\lambda$, and the best rate depends on it, and a third, the period $T$ at which
 factors' eigen-decompositions are recomputed (1: every step; 5: every fifth); so KFAC is
 swept over all three: its rates at each $\lambda$ of a sweep of dampings at each period, the
 period with the best score kept, then the $\lambda$ with the best score (ties: the smallest
-within 2 %); the chosen $\lambda$ must be interior too. Period 1 is the smallest there is, so
-a best period of 1 is at the edge of the possible, not of the sweep. (At period 5 every rate
+within 2 %). The chosen rate and $\lambda$ are both interior (asserted): each has a neighbour
+on either side in its grid, both scoring worse; no rate closer than √2 to the chosen one
+diverges (the rates are refined to √2), and no $\lambda$ of the grid diverges at the chosen
+period. The chosen period, 1, is the grid's edge, but an edge at a natural bound: period 1
+inverts the factors at every step, and no period is smaller, so nothing lies beyond it to
+resolve. (At period 5 every rate
 of the grid diverges on some seed at each of these dampings, `div` below: decompositions five
 batches old are unstable at these dampings.) The damping is an
 argument of the compiled step, like the rate; each period compiles once.
@@ -616,6 +626,7 @@ for T in PERIODS:
 assert kf_c["period"] == 1 and np.all(by_period[5] == np.inf)  # at period 5 every pair diverges
 interior(study_c)
 interior({"KFAC's damping": dict(score=kf_c["by_damping"], k=j, lrs=DAMPINGS)})
+assert 0 < j < len(DAMPINGS) - 1 and np.all(np.isfinite(by_period[T_c]))  # no λ diverges at T_c
 k = {name: steps_to(r, TARGET_C) for name, r in study_c.items()}
 print("every chosen rate, and KFAC's damping, is interior to its sweep")
 assert k["KFAC"] < min(v for name, v in k.items() if name != "KFAC")
