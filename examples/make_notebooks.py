@@ -2169,7 +2169,8 @@ not win the race everywhere, though: on both logistic problems the empirical Fis
 the target in fewer steps (on the worst seed) than the Fisher, whose undamped Newton step
 diverges on some seeds already at the next rate of its sweep, so that its rate must be small.
 On the separable set the loss has no minimiser (any long enough step along a separating
-direction lowers it), and no interior optimum of any sweep is claimed there. optimum of any sweep is claimed there. The cell below prints each comparison and checks it:
+direction lowers it), and no interior optimum of any sweep is claimed there. The cell below
+prints each comparison and checks it:
 """),
     code("""
 for name, s in stats.items():  # the Fisher's direction is Newton's; the empirical Fisher's is not
