@@ -1133,11 +1133,12 @@ g1 = gd_s[1.0][0]
 print(f"adam in s: chosen rate {adam_s['lr']:g} ({int(adam_s['score'][adam_s['k']])} steps); it reaches the target "
       f"at every rate of the sweep from {reach[0]:g} to {reach[-1]:g}, in at least "
       f"{int(min(adam_s['score']))} steps; gd in s at 1: {steps_to(g1)} steps")
-print(f"final L − L* after 200 steps: adam in s at least {adam_final:.0e} at every rate; gd in s at 1 "
-      f"{'< 1e-10' if g1[-1] < 1e-10 else 'above 1e-10'}")
+# Adam's final excess is the floor of its oscillation about the optimum: printed only as a bound
+print(f"final L − L* after 200 steps: adam in s {'> 1e-9' if adam_final > 1e-9 else '≤ 1e-9'} at every "
+      f"rate; gd in s at 1 {'< 1e-10' if g1[-1] < 1e-10 else 'above 1e-10'}")
 assert contiguous and len(reach) >= 5  # Adam in s converges, over a range of rates
 assert steps_to(g1) < min(adam_s["score"])  # gd in s at 1 gets there first
-assert g1[-1] < 1e-10 < adam_final  # and ends closer
+assert g1[-1] < 1e-10 and adam_final > 1e-9  # and ends closer
 """, stable=True),
     md("""
 So what rescues the small variances is the coordinates, not a metric as such: gradient
