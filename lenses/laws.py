@@ -28,9 +28,10 @@ from categories.linear import unwrap
 from .layers import basic as layers
 from .lens import lens_identity as _lens_identity
 from .lens import lens_of as _lens_of
-from .para_lens import ParaLens, batched as _batched
+from .batched import batched as _batched
+from .layer import Layer
 from .recompute import checkpoint as _checkpoint
-from .para_lens import tie as _tie, uses as _uses
+from .slots import tie as _tie, uses as _uses
 from .structure import add as _add_lens, copy as _copy, discard as _discard
 
 #: name of every law check → its statement (the first line of its docstring)
@@ -166,7 +167,7 @@ def check_parallel_interchange(f, g, h, k, a, c, p, q, r, s, b, d, *, compose=_t
 # -- copy, discard, add ---------------------------------------------------------------------------
 
 def _swap(A):
-    return ParaLens(A * A, A * A, R(0), lambda aa, p: (aa[1], aa[0]), name="σ")
+    return Layer(A * A, A * A, R(0), lambda aa, p: (aa[1], aa[0]), name="σ")
 
 
 @_law

@@ -16,13 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
-from .drawing import picture
+from . import picture
 
 from categories.errors import KindError
 
-from .para_lens import Chain, ParaLens, need_lens, sequence_vjp
+from .inputs import need_lens
+from .para_lens import Chain, ParaLens, sequence_vjp
 
 tree_map = jax.tree_util.tree_map
 
@@ -146,8 +147,8 @@ class Checkpointed(ParaLens):
     def sites(self):
         return self.lens.sites()
 
-    def _probe(self, a, p, deltas, inputs):
-        return self.lens._probe(a, p, deltas, inputs)
+    def probe(self, a, p, deltas, inputs):
+        return self.lens.probe(a, p, deltas, inputs)
 
     def init(self, key):
         return self.lens.init(key)

@@ -27,11 +27,12 @@ from jax import lax
 
 from categories import Positive, Product, R, Space, draws
 from categories.errors import SpaceMismatch
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
-from .drawing import picture
+from . import picture
 
-from .para_lens import ParaLens, need_lens
+from .inputs import need_lens
+from .para_lens import ParaLens
 
 tree_map = jax.tree_util.tree_map
 

@@ -42,7 +42,9 @@ from categories import strategies as cs
 from .layers import basic as layers
 from .lens import lens_of
 from .losses import binary_cross_entropy, half_squared_error, softmax_cross_entropy
-from .para_lens import Layer, ParaLens, tie
+from .layer import Layer
+from .para_lens import ParaLens
+from .slots import tie
 from .structure import add, copy
 from categories.errors import UnsupportedError
 

@@ -16,7 +16,7 @@ import pytest
 from categories import Covector, R
 from categories.linear import unwrap
 from lenses import (KFAC, CheckpointMismatch, Context, Diagonal, FitProgress, GaussNewton,
-                    HyperparameterError, KindError, ParaLens, ShapeError, adam, conv2d, dense,
+                    HyperparameterError, KindError, Layer, ShapeError, adam, conv2d, dense,
                     epoch_order, fit, flatten, from_optax, gd, half_squared_error, momentum,
                     softmax_cross_entropy, tanh, train_step)
 
@@ -77,7 +77,7 @@ def counting_model():
         traces.append(1)  # runs only while something is traced
         return Wb[0] @ x + Wb[1]
 
-    model = ParaLens(R(3), R(2), R(2, 3) * R(2), forward, name="counted",
+    model = Layer(R(3), R(2), R(2, 3) * R(2), forward, name="counted",
                      init=lambda k: (jax.random.normal(k, (2, 3)), jnp.zeros((2,))))
     return model, traces
 

@@ -29,7 +29,7 @@ from functools import reduce
 from categories import Product
 from categories.errors import KindError, MissingExtraError
 
-from ..drawing import picture
+from .. import picture
 
 #: the `data` of the state that feeds a parameter wire (tells it apart from a layer's box)
 PARAMETER = "parameter"

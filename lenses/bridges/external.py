@@ -25,8 +25,10 @@ import jax.numpy as jnp
 from categories import Product, R, Space
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
-from ..para_lens import Affine, Layer, ParaLens, Site
-from ..drawing import picture
+from ..layer import Layer
+from ..para_lens import ParaLens
+from ..sites import Affine, Site
+from .. import picture
 
 
 def _space(x, who: str) -> Space:
@@ -128,7 +130,7 @@ class Wrapped(ParaLens):
         return tuple(Site(self._views[u], (u,), self._views[u].structure) if u in self._views
                      else Site(self, (u,)) for u in range(len(self.units)))
 
-    def _probe(self, a, p, deltas, inputs):
+    def probe(self, a, p, deltas, inputs):
         if not self._declared:
             return self._apply(a, p, False)
         order = sorted(self._declared)

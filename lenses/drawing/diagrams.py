@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from categories import Product
 
-from . import picture
+from .. import picture
 from categories.errors import UnsupportedError
 
 # -- expressions ------------------------------------------------------------------------------
@@ -449,6 +449,9 @@ def svg(lens, fontsize: float = 9.0) -> str:
     out = io.StringIO()
     fig.savefig(out, format="svg")
     return out.getvalue()
+
+
+picture.register_svg(svg)  # how every lens shows itself in a notebook (`_repr_svg_`)
 
 
 def _math(label: str) -> str:

@@ -17,10 +17,12 @@ from jax import lax
 
 from categories import R, Space, draws
 from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
 from ..families import LensFamily, family
-from ..para_lens import Affine, Layer, need_lens
+from ..inputs import need_lens
+from ..layer import Layer
+from ..sites import Affine
 from ..structure import add, copy
 
 

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Product, R, Space, draws
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
 from ..families import LensFamily, family
 from .basic import _sizes
-from ..para_lens import Layer
+from ..layer import Layer
 from categories.errors import HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
@@ -54,7 +54,7 @@ class Tokens(Space):
 
     shape: tuple
     vocab: int = 0
-    discrete = True  # not a dataclass field: integer points keep their dtype (`as_real`)
+    discrete = True  # integer points keep their dtype (`as_real`)
 
     def __init__(self, T: int, vocab: int):
         T = dimension(T, "Tokens: T", 1)
@@ -85,7 +85,7 @@ class Keys(Space):
     """
 
     shape: tuple
-    discrete = True  # not a dataclass field: a key is never rounded to a float (`as_real`)
+    discrete = True  # a key is never rounded to a float (`as_real`)
 
     def __init__(self):
         object.__setattr__(self, "shape", KEY_SHAPE)
@@ -156,18 +156,16 @@ def dropout(rate: float) -> LensFamily:
         if not isinstance(AK, Product) or len(AK.factors) != 2 or AK.factors[1] != Keys():
             raise SpaceMismatch(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
         A = AK.factors[0]
-        lens = Layer(AK, A, R(0), fwd, name=name)
         # its evaluation form, read by `evaluation` (a dropout is the identity there)
-        lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")  # type: ignore[attr-defined]  # set here
-        return lens
+        identity = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")
+        return Layer(AK, A, R(0), fwd, name=name, at_evaluation=identity)
 
     return family(make, name)
 
 
 def _evaluation(lens):
-    swap = getattr(lens, "at_evaluation", None)  # what a layer declares it is at evaluation
-    if swap is not None:
-        return swap
+    if lens.at_evaluation is not None:  # what a layer declares it is at evaluation
+        return lens.at_evaluation
     if not lens.children:
         return lens
     return lens.rebuild(tuple(_evaluation(c) for c in lens.children))

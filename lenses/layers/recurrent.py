@@ -32,7 +32,9 @@ from categories import Product, R, Smooth, Space, draws
 
 from ..families import LensFamily, family
 from .basic import _normal, _sizes, identity
-from ..para_lens import Layer, Reparam, at_path
+from ..layer import Layer
+from ..para_lens import Reparam
+from ..sites import at_path
 from ..repetition import repeat, stacked
 from ..structure import copy
 from categories.errors import SpaceMismatch

@@ -29,7 +29,7 @@ from categories import R, Space, draws
 from ..families import LensFamily, family
 from ..losses import LossFamily
 from .basic import _normal, _sizes, gelu, identity, positive_number, residual
-from ..para_lens import Layer
+from ..layer import Layer
 from ..structure import copy
 from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
 

@@ -23,7 +23,7 @@ backtracking).
 States are pytrees (NamedTuples) with parameter-shaped leaves and None at R^0 slots.
 """
 
-from .faults import (NonFiniteError, check_params, find_missing, finite_flags, raise_non_finite,
+from .faults import (NonFiniteError, check_params, finite_flags, raise_non_finite,
                      raise_outside, slot_names)
 from .lens import Optimiser, chain
 from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sharp, is_part,

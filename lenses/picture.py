@@ -3,6 +3,11 @@
 A lens answers `picture()` with one of these; `lenses.drawing.diagrams` lays the term out on a grid
 and renders it as text or with matplotlib. Spaces are kept as spaces: the layout decides
 what a wire is called (one wire per factor of a product, none for R^0).
+
+The terms are plain data, so the core of the library owns them and imports no drawing: the
+drawing module registers how a lens is shown as SVG (`register_svg`), and a lens's
+`_repr_svg_` asks `svg_of`, which is None (the text is shown) until then or without
+matplotlib.
 """
 
 from __future__ import annotations
@@ -59,4 +64,23 @@ class Beside(Picture):
     parts: tuple
 
 
-__all__ = ["Picture", "Boxed", "Dot", "Framed", "Then", "Beside"]
+_SVG: list = []  # the registered renderer (at most one): lens ↦ SVG text
+
+
+def register_svg(render) -> None:
+    """Make `render(lens) -> str` how lenses are shown as SVG (`lenses.drawing.diagrams.svg`)."""
+    _SVG[:] = [render]
+
+
+def svg_of(lens) -> str | None:
+    """The lens as SVG by the registered renderer; None without one or without its optional
+    dependency (matplotlib), so that a notebook shows the lens's text instead."""
+    if not _SVG:
+        return None
+    try:
+        return _SVG[0](lens)
+    except ImportError:
+        return None
+
+
+__all__ = ["Picture", "Boxed", "Dot", "Framed", "Then", "Beside", "register_svg", "svg_of"]
