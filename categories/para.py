@@ -165,6 +165,9 @@ class TyingMap(Smooth):
         (R × R^2, (0, 1), (0, 2), False)
     """
 
+    slots: tuple  # the checked slots of P, sorted
+    keep: tuple  # the slots of P that Q keeps (the first tied one among them)
+
     def __init__(self, P: Space, slots: Sequence[int]):
         checked = check_slots(P, slots)
         assert isinstance(P, Product)  # check_slots refuses any other parameter object
@@ -174,7 +177,6 @@ class TyingMap(Smooth):
                 raise SpaceMismatch(
                     f"cannot tie slot {checked[0]} ({shared!r}) with slot {s} ({P.factors[s]!r}): "
                     "tied slots must have the same parameter object")
-        #: the checked slots, sorted; the slots of P that Q keeps (the first tied one among them)
         self.slots = tuple(checked)
         self.keep = tuple(i for i in range(len(P.factors)) if i not in checked[1:])
         # every slot tied: Q is the shared object itself (even a product (W, b)), r the diagonal

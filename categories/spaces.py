@@ -285,28 +285,29 @@ class OpenBox(Space):
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)
 
-    def _bounds(self):
+    def bounds(self) -> tuple:
+        """(low, high) as arrays of the box's shape."""
         lo = np.asarray(self.low[0]).reshape(self.low[1])
         hi = np.asarray(self.high[0]).reshape(self.high[1])
         return lo, hi
 
     def interior_margin(self, x):
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         return jnp.minimum(x - lo, hi - x)
 
     def sample_interior(self, key):
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         u = jax.random.uniform(key, self.shape, minval=0.05, maxval=0.95)
         return lo + u * (hi - lo)
 
     def __repr__(self) -> str:
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):
             lo, hi = lo.flat[0], hi.flat[0]
         return f"OpenBox({_tup(lo)}, {_tup(hi)}) ⊆ {_shape_str(self.shape)}"
 
     def latex(self) -> str:
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):  # a cube
             interval = f"({_latex_number(lo.flat[0])}, {_latex_number(hi.flat[0])})"
             return _latex_power(interval, self.shape)
@@ -348,13 +349,14 @@ class OpenBall(Space):
         object.__setattr__(self, "radius", float(radius))
         object.__setattr__(self, "shape", tuple(center.shape))
 
-    def _center(self):
+    def center_array(self) -> np.ndarray:
+        """The centre as an array of the ball's shape (`center` holds it frozen, hashable)."""
         return np.asarray(self.center[0]).reshape(self.center[1])
 
     def interior_margin(self, x):
         # One number says how far inside the ball x is; spread over the coordinates so that
         # the report names the coordinate furthest from the centre.
-        d = x - self._center()
+        d = x - self.center_array()
         slack = self.radius - jnp.sqrt(jnp.sum(d * d))
         far = jnp.abs(d) >= jnp.max(jnp.abs(d)) if d.size else jnp.ones(d.shape, bool)
         return jnp.where(far, slack, jnp.inf)
@@ -364,13 +366,13 @@ class OpenBall(Space):
         v = draws.normal(k1, self.shape)
         v = v / (jnp.linalg.norm(v) + 1e-12)
         r = self.radius * jax.random.uniform(k2, (), minval=0.0, maxval=0.9)
-        return self._center() + r * v
+        return self.center_array() + r * v
 
     def __repr__(self) -> str:
-        return f"OpenBall({_tup(self._center())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
+        return f"OpenBall({_tup(self.center_array())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
 
     def latex(self) -> str:
-        c = self._center()
+        c = self.center_array()
         centre = (_latex_number(float(c.flat[0])) if c.size and np.all(c == c.flat[0]) else "c")
         return (f"B_{{{_latex_number(self.radius)}}}({centre}) \\subseteq "
                 + _latex_power(r"\mathbb{R}", self.shape))

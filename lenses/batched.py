@@ -40,7 +40,7 @@ class Batched:
     def forward(self, X, p):
         """f(x_i, p) for every example x_i of the batch X, shape (n, *cod)."""
         self._check(X, p)
-        return self.lens._apply(X, p, True)
+        return self.lens.apply(X, p, True)
 
     __call__ = forward
 
@@ -49,8 +49,8 @@ class Batched:
         codomain (a `Covector` or its raw value, leading axis n) and gives the batch of input
         covectors and the parameter covector added over the batch."""
         n = self._check(X, p)
-        b, pull = self.lens._vjp(as_real(self.lens.dom, X), p, True)
-        return b, self.lens._wrap(pull, lead=(n,), out=b)
+        b, pull = self.lens.apply_vjp(as_real(self.lens.dom, X), p, True)
+        return b, self.lens.wrap_pullback(pull, lead=(n,), out=b)
 
     def backward(self, X, p, B_cov):
         return self.vjp(X, p)[1](B_cov)

@@ -75,13 +75,13 @@ class Layer(ParaLens):
     def derives(self) -> bool:
         return self._backward is None
 
-    def _apply(self, a, p, batched):
+    def apply(self, a, p, batched):
         return (jax.vmap(self._forward, (0, None)) if batched else self._forward)(a, p)
 
-    def _vjp(self, a, p, batched):
+    def apply_vjp(self, a, p, batched):
         if self._backward is None:
-            return ParaLens._vjp(self, a, p, batched)
-        b, back = self._apply(a, p, batched), self._backward
+            return ParaLens.apply_vjp(self, a, p, batched)
+        b, back = self.apply(a, p, batched), self._backward
         if not batched:
             return b, lambda bc: back(a, p, bc)
 
@@ -99,9 +99,9 @@ class Layer(ParaLens):
 
     def probe(self, a, p, deltas, inputs):
         if not isinstance(self.structure, Affine):
-            return self._apply(a, p, False)
+            return self.apply(a, p, False)
         inputs.append(a)
-        return self._apply(a, p, False) + next(deltas)
+        return self.apply(a, p, False) + next(deltas)
 
     def init(self, key):
         return self._init(key) if self._init is not None else self.param.sample_interior(key)

@@ -71,10 +71,10 @@ class ParaLens(Composable):
 
     - spaces: attributes `dom` (A), `cod` (B), `param` (P), `name`, and `smooth` (whether f is
       smooth, the theory's setting; `relu` is not);
-    - evaluation: `_apply(a, p, batched)`, the forward part, and `_vjp(a, p, batched)`, the
+    - evaluation: `apply(a, p, batched)`, the forward part, and `apply_vjp(a, p, batched)`, the
       forward part with the pullback b' ↦ (a', p') at the kept values (raw pytrees); with
       `batched` both run over a leading batch axis and parameter covectors are added over it;
-      `derives`: True when the backward part is JAX's derivation of `_apply` (no hand-written
+      `derives`: True when the backward part is JAX's derivation of `apply` (no hand-written
       backward part or rule of its own anywhere inside), so that runs of such lenses may be
       handed to `jax.vjp` whole;
     - structure: `children` (the lenses it is built from), `rebuild(children)` (the same kind
@@ -107,14 +107,14 @@ class ParaLens(Composable):
 
     # -- evaluation (per kind) ---------------------------------------------------------------
     @abstractmethod
-    def _apply(self, a, p, batched: bool):
+    def apply(self, a, p, batched: bool):
         """The forward part f(a, p)."""
 
-    def _vjp(self, a, p, batched: bool):
-        """(f(a, p), pullback); by default JAX's derivation of the per-example `_apply`, over
+    def apply_vjp(self, a, p, batched: bool):
+        """(f(a, p), pullback); by default JAX's derivation of the per-example `apply`, over
         the batch by one `vmap` of the whole (one trace, one vmap, one linearisation)."""
         def f(a, p):
-            return self._apply(a, p, False)
+            return self.apply(a, p, False)
 
         return jax.vjp(jax.vmap(f, (0, None)) if batched else f, a, p)
 
@@ -144,7 +144,7 @@ class ParaLens(Composable):
     def probe(self, a, p, deltas, inputs: list):
         """The per-example forward part with the output of each site declaring `Affine`
         perturbed by the next of `deltas`, and its input appended to `inputs` (left to right)."""
-        return self._apply(a, p, False)
+        return self.apply(a, p, False)
 
     def init(self, key):
         """A random initial parameter point."""
@@ -201,21 +201,21 @@ class ParaLens(Composable):
     def forward(self, a, p):
         """f(a, p) for one example."""
         self._check_point(a, p)
-        return self._apply(a, p, False)
+        return self.apply(a, p, False)
 
     __call__ = forward
 
     def vjp(self, a, p):
         """(f(a, p), pullback) with pullback(b') = (a', p') as Covectors, at the kept values."""
         self._check_point(a, p)
-        b, pull = self._vjp(as_real(self.dom, a), p, False)
-        return b, self._wrap(pull, out=b)
+        b, pull = self.apply_vjp(as_real(self.dom, a), p, False)
+        return b, self.wrap_pullback(pull, out=b)
 
     def backward(self, a, p, b_cov):
         """f'(a, p, b') = (a', p'): Covectors on A and on P."""
         return self.vjp(a, p)[1](b_cov)
 
-    def _wrap(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
+    def wrap_pullback(self, pull, dom: Space | None = None, lead: tuple = (), out=None):
         dom, param, cod, name = dom or self.dom, self.param, self.cod, self.name
         # a batch's covector may be labelled with the codomain or with R^{n × cod}
         labels = (cod.tangent,) + ((R(*lead, *cod.shape),) if lead and not isinstance(
@@ -295,17 +295,17 @@ class Chain(ParaLens):
     def rebuild(self, children):
         return Chain(children)
 
-    def _apply(self, a, ps, batched):
+    def apply(self, a, ps, batched):
         for part, p in zip(self.children, ps):
-            a = part._apply(a, p, batched)
+            a = part.apply(a, p, batched)
         return a
 
-    def _vjp(self, a, ps, batched):
+    def apply_vjp(self, a, ps, batched):
         # A run of derived components goes to JAX as one composite: its reverse mode applies
         # this same rule (pullbacks in reverse at the kept values), and the run is traced once,
         # not once per component (one trace, one vmap, one linearisation). Every other
         # component runs its own backward part, in reverse, through `sequence_vjp`.
-        steps = [(lambda a, p, piece=piece: piece._vjp(a, p, batched),
+        steps = [(lambda a, p, piece=piece: piece.apply_vjp(a, p, batched),
                   ps[lo] if hi - lo == 1 else tuple(ps[lo:hi]))
                  for (lo, hi), piece in zip(self._runs, self._pieces)]
         b, pull = sequence_vjp(steps, a)
@@ -363,12 +363,12 @@ class _Run:
     def __init__(self, parts):
         self.parts = parts
 
-    def _apply(self, a, ps, batched):
+    def apply(self, a, ps, batched):
         for part, p in zip(self.parts, ps):
-            a = part._apply(a, p, batched)
+            a = part.apply(a, p, batched)
         return a
 
-    _vjp = ParaLens._vjp
+    apply_vjp = ParaLens.apply_vjp
 
 
 def _nested_sites(children) -> tuple:
@@ -394,11 +394,11 @@ class Parallel(ParaLens):
     def rebuild(self, children):
         return Parallel(*children)
 
-    def _apply(self, ac, pq, batched):
-        return tuple(h._apply(x, p, batched) for h, x, p in zip(self.children, ac, pq))
+    def apply(self, ac, pq, batched):
+        return tuple(h.apply(x, p, batched) for h, x, p in zip(self.children, ac, pq))
 
-    def _vjp(self, ac, pq, batched):
-        (b, pf), (d, pg) = (h._vjp(x, p, batched) for h, x, p in zip(self.children, ac, pq))
+    def apply_vjp(self, ac, pq, batched):
+        (b, pf), (d, pg) = (h.apply_vjp(x, p, batched) for h, x, p in zip(self.children, ac, pq))
 
         def pullback(bd):
             (da, dp), (dc, dq) = pf(bd[0]), pg(bd[1])
@@ -460,12 +460,12 @@ class Reparam(ParaLens):
     def rebuild(self, children):
         return Reparam(children[0], self.r, self._init, self.name)
 
-    def _apply(self, a, q, batched):
-        return self.lens._apply(a, self.r.fn(q), batched)
+    def apply(self, a, q, batched):
+        return self.lens.apply(a, self.r.fn(q), batched)
 
-    def _vjp(self, a, q, batched):
+    def apply_vjp(self, a, q, batched):
         p, r_pull = jax.vjp(self.r.fn, q)
-        b, pull = self.lens._vjp(a, p, batched)
+        b, pull = self.lens.apply_vjp(a, p, batched)
 
         def pullback(bc):
             da, dp = pull(bc)

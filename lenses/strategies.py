@@ -263,7 +263,7 @@ def _leaf_spaces(space: Space) -> list:
 def _squash(space: Space):
     """A smooth map from R^shape onto a region well inside `space` (its constants made once)."""
     if isinstance(space, OpenBox):
-        lo, hi = space._bounds()
+        lo, hi = space.bounds()
         mid, half = jnp.asarray((lo + hi) / 2), jnp.asarray((hi - lo) * 0.45)
         return lambda x: mid + half * jnp.tanh(x)
     if isinstance(space, Positive):

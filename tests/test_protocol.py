@@ -41,11 +41,11 @@ class Scaled(ParaLens):
     def rebuild(self, children):
         return Scaled(children[0], self.c)
 
-    def _apply(self, a, p, batched):
-        return self.c * self.children[0]._apply(a, p, batched)
+    def apply(self, a, p, batched):
+        return self.c * self.children[0].apply(a, p, batched)
 
-    def _vjp(self, a, p, batched):
-        b, pull = self.children[0]._vjp(a, p, batched)
+    def apply_vjp(self, a, p, batched):
+        b, pull = self.children[0].apply_vjp(a, p, batched)
         return self.c * b, lambda bc: pull(self.c * bc)
 
     def uses(self):

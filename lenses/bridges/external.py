@@ -115,7 +115,7 @@ class Wrapped(ParaLens):
         return self._assemble(self.tree(p)) if self._assemble else self.tree(p)
 
     # -- the protocol ---------------------------------------------------------------------
-    def _apply(self, a, p, batched):
+    def apply(self, a, p, batched):
         f = lambda a: self._call(self.tree(p), a)  # noqa: E731 - per example
         return jax.vmap(f)(a) if batched else f(a)
 
@@ -132,7 +132,7 @@ class Wrapped(ParaLens):
 
     def probe(self, a, p, deltas, inputs):
         if not self._declared:
-            return self._apply(a, p, False)
+            return self.apply(a, p, False)
         order = sorted(self._declared)
         shift, seen = {u: next(deltas) for u in order}, {}
 

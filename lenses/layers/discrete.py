@@ -33,7 +33,7 @@ from categories import Product, R, Space, draws
 from categories.dimensions import dimension
 
 from ..families import LensFamily, family
-from .basic import _sizes
+from .basic import layer_sizes
 from ..layer import Layer
 from categories.errors import HyperparameterError, SpaceMismatch
 
@@ -109,7 +109,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
         >>> emb(jnp.array([1, 2, 3, 4]), emb.init(jax.random.PRNGKey(0))).shape
         (4, 3)
     """
-    vocab, d = _sizes("embedding", vocab=vocab, d=d)
+    vocab, d = layer_sizes("embedding", vocab=vocab, d=d)
     name = f"embedding({vocab}→{d})"
 
     def fwd(x, E):
