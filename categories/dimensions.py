@@ -1,6 +1,7 @@
 """Dimensions: the integers a space or a layer size is made of, checked once.
 
 Examples:
+    >>> from categories.dimensions import dimension, dimensions
     >>> dimension(3, "n"), dimensions((2, 3), "R(2, 3)")
     (3, (2, 3))
 """

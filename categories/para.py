@@ -13,6 +13,7 @@ tied, how uses are counted) are written once.
 from __future__ import annotations
 
 import operator
+from abc import ABC, abstractmethod
 from typing import Sequence, cast
 
 import jax
@@ -30,7 +31,30 @@ def chain_parts(f, g) -> tuple:
     return tuple(f.parts) + tuple(g.parts)
 
 
-class Para:
+class Parameterised(ABC):
+    """Anything with a parameter object P that may be reparameterised along r : Q → P (a `Para`,
+    a parameterised lens): what weight tying asks of it (abstract).
+
+    Examples:
+        >>> from categories.para import Parameterised
+        >>> isinstance(Para(R(), R(), R(), lambda a, p: p * a), Parameterised)
+        True
+    """
+
+    name: str
+    param: Space
+
+    @property
+    def parts(self) -> tuple:
+        """Its components in sequence (a chain's; else itself)."""
+        return (self,)
+
+    @abstractmethod
+    def reparam(self, r: Smooth, *args, **kwargs) -> "Parameterised":
+        """The 2-cell along r : Q → P."""
+
+
+class Para(Parameterised):
     """A parameterised smooth map (P, f : A × P → B); call it as `f(a, p)`.
 
     Examples:
@@ -42,10 +66,6 @@ class Para:
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
         self.name: str = name if name else str(getattr(fn, "__name__", "f"))
-
-    @property
-    def parts(self) -> tuple:
-        return (self,)
 
     def __call__(self, a, p):
         return self.fn(a, p)
@@ -160,7 +180,8 @@ class TyingMap(Smooth):
     each of its places (for two slots, the diagonal Δ : P_i → P_i × P_i placed in P).
 
     Examples:
-        >>> r = TyingMap(R() * R() * R(2), [0, 1])
+        >>> from categories.para import TyingMap
+        >>> r = TyingMap(Product(R(), R(), R(2)), [0, 1])
         >>> r.dom, r.slots, r.keep, r.one_slot
         (R × R^2, (0, 1), (0, 2), False)
     """
@@ -225,10 +246,9 @@ def para_tie(f, slots: Sequence[int]):
         >>> float(tied(2.0, 3.0)), tied.param
         (18.0, R)
     """
-    if not isinstance(getattr(f, "param", None), Space) or not callable(getattr(f, "reparam", None)):
+    if not isinstance(f, Parameterised):
         raise KindError(f"tie needs a parameterised map or lens (with a parameter object), got "
-                        f"{type(f).__name__} {f!r}" + ("; for a family of lenses use lenses.tie"
-                                                      if callable(getattr(f, "lift", None)) else ""))
+                        f"{type(f).__name__} {f!r} (for a family of lenses use lenses.tie)")
     r = tying_map(f.param, slots)
     return f.reparam(r, name=f"tie({f.name}, {list(r.slots)})")
 
@@ -271,5 +291,5 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
 __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tying_map", "para_tie", "slot_uses",
-    "chain_parts", "check_slots", "TyingMap",
+    "chain_parts", "check_slots", "TyingMap", "Parameterised",
 ]

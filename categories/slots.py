@@ -5,6 +5,7 @@ point names the slot that differs ("the point of slot 2 (dense(3→1))"), which 
 user can act on. The check itself is `Space.mismatch`, asked slot by slot here.
 
 Examples:
+    >>> from categories.slots import slot_mismatch
     >>> P = R(2) * R(3)
     >>> print(slot_mismatch(P, (jnp.zeros(2), jnp.zeros(4)), "the point of {}"))
     the point of slot 1 is not a point of R^3: expected an array of shape (3,), got an array of shape (4,)

@@ -11,7 +11,7 @@ from .inputs import as_real, check_batch, need_lens
 from .para_lens import ParaLens
 
 
-class Batched:
+class Batched(picture.Drawable):
     """The per-example traversal of `lens` over a leading batch axis of the input: the
     parameter covectors of the examples are **added** (the batch score is a sum of
     per-example scores).

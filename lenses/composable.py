@@ -9,16 +9,19 @@ whether an object happens to have them.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Callable
 
 from categories import Space
 
+from .picture import Drawable
 
-class Composable(ABC):
+
+class Composable(Drawable):
     """A lens or a family of lenses (abstract): what a combinator may ask of either.
 
     Examples:
+        >>> from lenses.composable import Composable
         >>> isinstance(dense(2, 3), Composable), isinstance(tanh, Composable)
         (True, True)
     """

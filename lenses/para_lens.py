@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from categories import Covector, Product, R, Smooth, Space, check_composable, draws
 from categories.errors import CovectorError, SpaceMismatch
 from categories.linear import unwrap
-from categories.para import slot_uses
+from categories.para import Parameterised, slot_uses
 
 from . import picture
 from .composable import Composable
@@ -64,7 +64,7 @@ def sequence_vjp(steps, a):
 
 # -- the protocol ------------------------------------------------------------------------------
 
-class ParaLens(Composable):
+class ParaLens(Composable, Parameterised):
     """A parameterised lens (P, f, f') : A → B (abstract; `Layer(A, B, P, f)` builds the primitive kind).
 
     Every kind of lens implements:

@@ -12,12 +12,33 @@ matplotlib.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 
 class Picture:
-    """A piece of string diagram (abstract)."""
+    """A piece of string diagram (abstract). What a kind of piece lacks is None (no wires, no
+    parameter, nothing inside) or empty (no parts)."""
+
+    dom: Any = None
+    cod: Any = None
+    param: Any = None
+    inner: "Picture | None" = None
+    parts: tuple = ()
+
+
+class Drawable(ABC):
+    """What a string diagram may be drawn of: a lens, a family of lenses, a batch traversal
+    (abstract): its piece of the diagram, and whether its spaces are fixed."""
+
+    @abstractmethod
+    def picture(self) -> Picture:
+        """Its piece of the string diagram."""
+
+    @abstractmethod
+    def is_fixed(self) -> bool:
+        """Whether its spaces are fixed (a family's are not)."""
 
 
 @dataclass(frozen=True)
@@ -83,4 +104,4 @@ def svg_of(lens) -> str | None:
         return None
 
 
-__all__ = ["Picture", "Boxed", "Dot", "Framed", "Then", "Beside", "register_svg", "svg_of"]
+__all__ = ["Picture", "Drawable", "Boxed", "Dot", "Framed", "Then", "Beside", "register_svg", "svg_of"]

@@ -354,9 +354,9 @@ def to_equinox(lens: Wrapped, p):
 
 
 def _back(lens, p, framework: str, who: str):
-    if getattr(lens, "framework", None) != framework:
+    if not isinstance(lens, Wrapped) or lens.framework != framework:
         raise KindError(f"{who} needs a lens made by from_{framework}, got "
-                        f"{getattr(lens, 'name', type(lens).__name__)}")
+                        f"{lens.name if isinstance(lens, ParaLens) else type(lens).__name__}")
     lens.param.check(p, f"the parameter of {lens.name}")
     return lens.module(p)
 

@@ -118,7 +118,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
         return jnp.take(E, idx, axis=1).T
 
     def make(A: Space) -> Layer:
-        if getattr(A, "vocab", None) != vocab or len(A.shape) != 1:
+        if not isinstance(A, Tokens) or A.vocab != vocab:
             raise SpaceMismatch(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
                             f"fix it with {name}.at(Tokens(T, {vocab}))")
         return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,

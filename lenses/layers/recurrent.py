@@ -224,7 +224,8 @@ def unroll(cell) -> LensFamily:
         >>> rnn
         unroll(rnn_cell(3→4), T=5) : R^{5×3} → R^{5×4}, params R^{4×3}×R^{4×4}×R^4
     """
-    if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
+    if not isinstance(cell.dom, Product) or len(cell.dom.factors) != 2 or \
+            cell.dom.factors[1] != cell.cod:
         raise SpaceMismatch(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
