@@ -44,7 +44,8 @@ def euclidean_space_of(x) -> Space | None:
         return R(0)
     if isinstance(x, tuple):
         factors = [euclidean_space_of(xi) for xi in x]
-        return None if any(f is None for f in factors) else Product(*factors)
+        known = [f for f in factors if f is not None]
+        return Product(*known) if len(known) == len(factors) else None
     shape = getattr(x, "shape", None)
     if shape is None or 0 in tuple(shape):  # an empty array is no point of R^0 (None is)
         return None

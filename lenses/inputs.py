@@ -71,6 +71,23 @@ def check_finite_covector(c, what: str) -> None:
             raise CovectorError(f"{what} holds {a[j]} at index {j} (leaf {i}), not a real number")
 
 
+def _check_batch_values(S: Space, x, who: str, where: str) -> None:
+    """Refuse a concrete batch holding NaN or infinity (`ShapeError`) or a row outside the open
+    subset S (`DomainError` naming the row), as `S.check` asks of one example."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        finite = np.isfinite(np.asarray(x))
+        if not finite.all():
+            i = tuple(int(k) for k in np.argwhere(~finite)[0])
+            raise ShapeError(f"{who}: the batch{where} holds {np.asarray(x)[i]} at index {i}, "
+                             "not a real number")
+    if type(S).interior_margin is not Space.interior_margin:  # an open subset: tokens, a box
+        inside = np.asarray(jax.vmap(S.interior_margin)(jnp.asarray(x))) > 0
+        if not inside.all():
+            i = tuple(int(k) for k in np.argwhere(~inside)[0])
+            raise DomainError(f"{who}: example {i[0]} of the batch{where} is not a point of "
+                              f"{S!r}: coordinate {i[1:]} is {np.asarray(x)[i]}")
+
+
 def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     """The number of examples n ≥ 1 if X is a batch of points of `dom` (shape (n, *dom.shape),
     real numbers; a tuple of such batches, of one n, for a product domain), else `ShapeError`
@@ -109,22 +126,8 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
             raise ShapeError(f"{who}: the batch{where} is empty (shape {shape}); a batch needs "
                              "at least one example")
         found.append((where, shape[0]))
-        if concrete_values and not isinstance(x, jax.core.Tracer) and \
-                jnp.issubdtype(dtype, jnp.floating):
-            finite = np.isfinite(np.asarray(x))
-            if not finite.all():
-                i = tuple(int(k) for k in np.argwhere(~finite)[0])
-                raise ShapeError(f"{who}: the batch{where} holds {np.asarray(x)[i]} at index "
-                                 f"{i}, not a real number")
-        if concrete_values and not isinstance(x, jax.core.Tracer) and \
-                type(S).interior_margin is not Space.interior_margin:
-            # an open subset (tokens, a box, ...): each row a point of it, as `S.check` asks
-            # of one example on the per-example path
-            inside = np.asarray(jax.vmap(S.interior_margin)(jnp.asarray(x))) > 0
-            if not inside.all():
-                i = tuple(int(k) for k in np.argwhere(~inside)[0])
-                raise DomainError(f"{who}: example {i[0]} of the batch{where} is not a point of "
-                                  f"{S!r}: coordinate {i[1:]} is {np.asarray(x)[i]}")
+        if concrete_values and not isinstance(x, jax.core.Tracer):
+            _check_batch_values(S, x, who, where)
 
     walk(dom, X, "")
     sizes = {n for _, n in found}

@@ -28,6 +28,7 @@ Requires `hypothesis` (a test extra).
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -166,9 +167,7 @@ def architectures(draw, depth=(1, 6), widths=WIDTHS, activations=tuple(SMOOTH_AC
         if draw(st.booleans()):
             push(_activation_block(ws[i + 1], draw(st.sampled_from(activations))))
 
-    chain = parts[0]
-    for part in parts[1:]:
-        chain = chain >> part
+    chain = functools.reduce(operator.rshift, parts)
 
     def run(x, slots):  # slot by slot; a structural slot (copy, add) has no reference of its own
         for ref, s in zip(refs, slots):
