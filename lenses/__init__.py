@@ -1,7 +1,7 @@
 """Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them.
 
-The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
-`structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
+The layers of the package, in the theory's order: lenses (`para_lens`, `layer`, `families`,
+`batched`, `slots`, `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
 `metrics`, `natural`, `kfac`, `geometry`), then optimisers (`optimisers`), then training (`training`);
 beside them checks, laws, strategies, instruments and pictures (`checks`, `laws`, `strategies`,
 `instruments`, `diagrams`, `discopy_bridge`), and models written elsewhere as lenses (`external`:
