@@ -16,7 +16,7 @@ import numpy as np
 from categories import Product, Space, Vector
 from categories.errors import CovectorError, DomainError, KindError, ShapeError
 from categories.linear import unwrap
-from categories.points import describe
+from categories.points import describe, real_dtype_mismatch
 
 from .composable import Composable
 
@@ -113,11 +113,7 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
             raise ShapeError(f"{who}: the batch{where} must be an array of shape {want} "
                              f"for the domain {S!r}, got {describe(x)}")
         shape = tuple(shape)
-        try:
-            real = bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
-        except TypeError:
-            real = False
-        if not real:
+        if real_dtype_mismatch(x):  # the one test of real entries (`Space.mismatch` asks it too)
             raise ShapeError(f"{who}: the batch{where} must hold real numbers, got dtype {dtype}")
         if len(shape) != 1 + len(S.shape) or shape[1:] != tuple(S.shape):
             raise ShapeError(f"{who}: the batch{where} must have shape {want} for the domain "
