@@ -184,7 +184,7 @@ class KindError(ParalensError, TypeError):
     for a state, not a lens, not an optimiser).
 
     Examples:
-        >>> ParaLens("R^2", R(1), R(0), lambda a, p: a)
+        >>> Layer("R^2", R(1), R(0), lambda a, p: a)
         Traceback (most recent call last):
             ...
         categories.errors.KindError: the domain of a lens must be a Space (e.g. R(3)), got 'R^2'

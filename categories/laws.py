@@ -88,7 +88,8 @@ def assert_close(x, y, atol: float = ATOL, rtol: float = RTOL, what: str = "valu
                 f"outside atol={atol:g}, rtol={rtol:g})")
 
 
-def _same(a, b, what: str) -> None:
+def same(a, b, what: str) -> None:
+    """Assert a == b (spaces, types), naming `what` is compared."""
     if a != b:
         raise AssertionError(f"{what}: {a!r} vs {b!r}")
 
@@ -135,7 +136,8 @@ def _zeros_like(space):
     return space.tangent.zeros()
 
 
-def _then(f, g):
+def then(f, g):
+    """f ≫ g, the library's composition (the default `compose=` of every law)."""
     return f >> g
 
 
@@ -150,24 +152,24 @@ def _linear_agree(L1, L2, v, what, atol, rtol):
 # -- the category of smooth maps ------------------------------------------------------------------
 
 @_law
-def check_composition(f, g, x, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_composition(f, g, x, *, compose=then, atol=ATOL, rtol=RTOL):
     """(f ≫ g)(x) = g(f(x)): f ≫ g runs f first, from dom f to cod g."""
     fg = compose(f, g)
-    _same(fg.dom, f.dom, "domain of f ≫ g vs domain of f")
-    _same(fg.cod, g.cod, "codomain of f ≫ g vs codomain of g")
+    same(fg.dom, f.dom, "domain of f ≫ g vs domain of f")
+    same(fg.cod, g.cod, "codomain of f ≫ g vs codomain of g")
     assert_close(fg(x), g(f(x)), atol, rtol, "(f ≫ g)(x) vs g(f(x))")
 
 
 @_law
-def check_associativity(f, g, h, x, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_associativity(f, g, h, x, *, compose=then, atol=ATOL, rtol=RTOL):
     """(f ≫ g) ≫ h = f ≫ (g ≫ h)."""
     left, right = compose(compose(f, g), h), compose(f, compose(g, h))
-    _same((left.dom, left.cod), (right.dom, right.cod), "types of (f ≫ g) ≫ h and f ≫ (g ≫ h)")
+    same((left.dom, left.cod), (right.dom, right.cod), "types of (f ≫ g) ≫ h and f ≫ (g ≫ h)")
     assert_close(left(x), right(x), atol, rtol, "((f ≫ g) ≫ h)(x) vs (f ≫ (g ≫ h))(x)")
 
 
 @_law
-def check_identity_laws(f, x, *, identity=_identity, compose=_then, atol=ATOL, rtol=RTOL):
+def check_identity_laws(f, x, *, identity=_identity, compose=then, atol=ATOL, rtol=RTOL):
     """1_A ≫ f = f = f ≫ 1_B for f : A → B."""
     assert_close(compose(identity(f.dom), f)(x), f(x), atol, rtol, "(1 ≫ f)(x) vs f(x)")
     assert_close(compose(f, identity(f.cod))(x), f(x), atol, rtol, "(f ≫ 1)(x) vs f(x)")
@@ -176,17 +178,17 @@ def check_identity_laws(f, x, *, identity=_identity, compose=_then, atol=ATOL, r
 # -- finite products ------------------------------------------------------------------------------
 
 @_law
-def check_pair_projections(f, g, x, *, pair=_pair, fst=_fst, snd=_snd, compose=_then,
+def check_pair_projections(f, g, x, *, pair=_pair, fst=_fst, snd=_snd, compose=then,
                            atol=ATOL, rtol=RTOL):
     """⟨f, g⟩ ≫ π₀ = f and ⟨f, g⟩ ≫ π₁ = g for f : A → B, g : A → C."""
     fg = pair(f, g)
-    _same(fg.cod, Product(f.cod, g.cod), "codomain of ⟨f, g⟩ vs B × C")
+    same(fg.cod, Product(f.cod, g.cod), "codomain of ⟨f, g⟩ vs B × C")
     assert_close(compose(fg, fst(f.cod, g.cod))(x), f(x), atol, rtol, "(⟨f, g⟩ ≫ π₀)(x) vs f(x)")
     assert_close(compose(fg, snd(f.cod, g.cod))(x), g(x), atol, rtol, "(⟨f, g⟩ ≫ π₁)(x) vs g(x)")
 
 
 @_law
-def check_pairing_uniqueness(h, x, *, pair=_pair, fst=_fst, snd=_snd, compose=_then,
+def check_pairing_uniqueness(h, x, *, pair=_pair, fst=_fst, snd=_snd, compose=then,
                              atol=ATOL, rtol=RTOL):
     """⟨h ≫ π₀, h ≫ π₁⟩ = h for every h : A → B × C (the pairing is unique)."""
     if not (isinstance(h.cod, Product) and len(h.cod.factors) == 2):
@@ -198,11 +200,11 @@ def check_pairing_uniqueness(h, x, *, pair=_pair, fst=_fst, snd=_snd, compose=_t
 
 @_law
 def check_product_map(f, g, x, y, *, product=lambda f, g: f * g, pair=_pair, fst=_fst, snd=_snd,
-                      compose=_then, atol=ATOL, rtol=RTOL):
+                      compose=then, atol=ATOL, rtol=RTOL):
     """f × g = ⟨π₀ ≫ f, π₁ ≫ g⟩, i.e. (f × g)(x, y) = (f x, g y)."""
     fg = product(f, g)
-    _same(fg.dom, Product(f.dom, g.dom), "domain of f × g")
-    _same(fg.cod, Product(f.cod, g.cod), "codomain of f × g")
+    same(fg.dom, Product(f.dom, g.dom), "domain of f × g")
+    same(fg.cod, Product(f.cod, g.cod), "codomain of f × g")
     AC = (f.dom, g.dom)
     via_pair = pair(compose(fst(*AC), f), compose(snd(*AC), g))
     assert_close(fg((x, y)), via_pair((x, y)), atol, rtol, "(f × g)(x, y) vs ⟨π₀ ≫ f, π₁ ≫ g⟩(x, y)")
@@ -210,7 +212,7 @@ def check_product_map(f, g, x, y, *, product=lambda f, g: f * g, pair=_pair, fst
 
 
 @_law
-def check_diagonal(f, x, *, diagonal=_diagonal, pair=_pair, fst=_fst, snd=_snd, compose=_then,
+def check_diagonal(f, x, *, diagonal=_diagonal, pair=_pair, fst=_fst, snd=_snd, compose=then,
                    product=lambda f, g: f * g, atol=ATOL, rtol=RTOL):
     """Δ ≫ π₀ = 1 = Δ ≫ π₁, and the copy is natural: f ≫ Δ = ⟨f, f⟩ = Δ ≫ (f × f)."""
     A, B = f.dom, f.cod
@@ -225,10 +227,10 @@ def check_diagonal(f, x, *, diagonal=_diagonal, pair=_pair, fst=_fst, snd=_snd, 
 @_law
 def check_discard(f, x, *, discard=_discard):
     """Every f : A → R^0 equals the discard !_A: both send every x to None, R^0's one point."""
-    if not getattr(f.cod, "is_terminal", False):
+    if not f.cod.is_terminal:
         raise AssertionError(f"f must map into the terminal object R^0, its codomain is {f.cod!r}")
     d = discard(f.dom)
-    _same((d.dom, d.cod), (f.dom, f.cod), "type of !_A vs type of f")
+    same((d.dom, d.cod), (f.dom, f.cod), "type of !_A vs type of f")
     for name, value in (("f(x)", f(x)), ("!(x)", d(x))):
         if value is not None:
             raise AssertionError(f"{name} is {value!r}, but R^0 has the single point None")
@@ -237,7 +239,7 @@ def check_discard(f, x, *, discard=_discard):
 # -- the differential D (covariant) ---------------------------------------------------------------
 
 @_law
-def check_D_composition(f, g, x, v=None, *, D=_D, compose=_then, atol=ATOL, rtol=RTOL):
+def check_D_composition(f, g, x, v=None, *, D=_D, compose=then, atol=ATOL, rtol=RTOL):
     """D(f ≫ g)_x = D g_{f(x)} ∘ D f_x (the chain rule; compared on v, or as matrices)."""
     chained = D(f, x) >> D(g, f(x))
     _linear_agree(D(compose(f, g), x), chained, v, "D(f ≫ g)_x vs Dg_{f x} ∘ Df_x", atol, rtol)
@@ -267,10 +269,10 @@ def check_D_linear(L, x, v=None, *, D=_D, linear_smooth=_linear_smooth, atol=ATO
 # -- the dual (contravariant) ---------------------------------------------------------------------
 
 @_law
-def check_dual_composition(A, B, y=None, *, dual=_dual, compose=_then, atol=ATOL, rtol=RTOL):
+def check_dual_composition(A, B, y=None, *, dual=_dual, compose=then, atol=ATOL, rtol=RTOL):
     """(A ≫ B)* = B* ≫ A*, i.e. (B ∘ A)* = A* ∘ B*: the dual reverses the order."""
     AB = dual(compose(A, B))
-    _same((AB.dom, AB.cod), (B.cod, A.dom), "type of (A ≫ B)* vs cod(B)* → dom(A)*")
+    same((AB.dom, AB.cod), (B.cod, A.dom), "type of (A ≫ B)* vs cod(B)* → dom(A)*")
     _linear_agree(AB, compose(dual(B), dual(A)), y, "(A ≫ B)* vs B* ≫ A*", atol, rtol)
 
 
@@ -286,7 +288,7 @@ def check_dual_identity(V, y=None, *, dual=_dual, linear_identity=_linear_identi
 def check_dual_pairing(A, y, v, *, dual=_dual, atol=ATOL, rtol=RTOL):
     """⟨A* y', v⟩ = ⟨y', A v⟩ for A : V → W, y' ∈ W*, v ∈ V (the defining property of A*)."""
     As = dual(A)
-    _same((As.dom, As.cod), (A.cod, A.dom), "type of A* vs W* → V*")
+    same((As.dom, As.cod), (A.cod, A.dom), "type of A* vs W* → V*")
     assert_close(pairing(unwrap(As(y)), unwrap(v)), pairing(unwrap(y), unwrap(A(v))), atol, rtol,
                  "⟨A* y', v⟩ vs ⟨y', A v⟩")
 
@@ -343,7 +345,7 @@ def check_rd4(f, g, x, v, w, *, R=reverse_derivative, pair=_pair, discard=_disca
 
 
 @_law
-def check_rd5(f, g, x, c, *, R=reverse_derivative, compose=_then, atol=ATOL, rtol=RTOL):
+def check_rd5(f, g, x, c, *, R=reverse_derivative, compose=then, atol=ATOL, rtol=RTOL):
     """RD.5 (reverse chain rule): R[f ≫ g](x, c) = R[f](x, R[g](f(x), c))."""
     assert_close(_rev(R, compose(f, g), x, c), _rev(R, f, x, _rev(R, g, f(x), c)), atol, rtol,
                  "R[f ≫ g](x, c) vs R[f](x, R[g](f x, c))")
@@ -372,70 +374,74 @@ def check_rd7(f, x, c, u, v, *, R=reverse_derivative, D=_D, atol=ATOL, rtol=RTOL
 
 # -- Para -------------------------------------------------------------------------------------------
 
-def _parts(m) -> tuple:
-    return tuple(getattr(m, "parts", (m,)))
-
-
-def _slots(m, p) -> tuple:
+def flat_slots(m, p) -> tuple:
     """The slots m occupies in a composite's flat parameter point: a chain brings its parts' points."""
-    return tuple(p) if len(_parts(m)) > 1 else (p,)
+    return tuple(p) if len(m.parts) > 1 else (p,)
 
 
-def _slot_spaces(m) -> tuple:
-    return tuple(m.param.factors) if len(_parts(m)) > 1 else (m.param,)
+def flat_slot_spaces(m) -> tuple:
+    """The parameter objects of those slots."""
+    return tuple(m.param.factors) if len(m.parts) > 1 else (m.param,)
 
 
-def _reparam(f, r):
+def reparam_along(f, r):
+    """f.reparam(r), the library's reparameterisation (the default `reparam=` of the laws)."""
     return f.reparam(r)
 
 
+def associated(f, g, h, p, q, r, compose=then) -> tuple:
+    """(f ≫ g) ≫ h, f ≫ (g ≫ h) and their flat point (p, q, r), once both parameter objects
+    are checked to be P × Q × R up to the flattening of chains."""
+    left, right = compose(compose(f, g), h), compose(f, compose(g, h))
+    flat = Product(*flat_slot_spaces(f), *flat_slot_spaces(g), *flat_slot_spaces(h))
+    same(left.param, flat, "parameter object of (f ≫ g) ≫ h vs P × Q × R")
+    same(right.param, flat, "parameter object of f ≫ (g ≫ h) vs P × Q × R")
+    return left, right, flat_slots(f, p) + flat_slots(g, q) + flat_slots(h, r)
+
+
 @_law
-def check_para_composition(f, g, a, p, q, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_para_composition(f, g, a, p, q, *, compose=then, atol=ATOL, rtol=RTOL):
     """(P, f) ≫ (Q, g) = (P × Q, (a, (p, q)) ↦ g(f(a, p), q)) (parameters flattened)."""
     fg = compose(f, g)
-    _same(fg.param, Product(*_slot_spaces(f), *_slot_spaces(g)), "parameter object of f ≫ g vs P × Q")
-    assert_close(fg(a, _slots(f, p) + _slots(g, q)), g(f(a, p), q), atol, rtol,
+    same(fg.param, Product(*flat_slot_spaces(f), *flat_slot_spaces(g)), "parameter object of f ≫ g vs P × Q")
+    assert_close(fg(a, flat_slots(f, p) + flat_slots(g, q)), g(f(a, p), q), atol, rtol,
                  "(f ≫ g)(a, (p, q)) vs g(f(a, p), q)")
 
 
 @_law
-def check_para_associativity(f, g, h, a, p, q, r, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_para_associativity(f, g, h, a, p, q, r, *, compose=then, atol=ATOL, rtol=RTOL):
     """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: both have parameters P × Q × R, point (p, q, r)."""
-    left, right = compose(compose(f, g), h), compose(f, compose(g, h))
-    flat = Product(*_slot_spaces(f), *_slot_spaces(g), *_slot_spaces(h))
-    _same(left.param, flat, "parameter object of (f ≫ g) ≫ h vs P × Q × R")
-    _same(right.param, flat, "parameter object of f ≫ (g ≫ h) vs P × Q × R")
-    pqr = _slots(f, p) + _slots(g, q) + _slots(h, r)
+    left, right, pqr = associated(f, g, h, p, q, r, compose)
     assert_close(left(a, pqr), right(a, pqr), atol, rtol,
                  "((f ≫ g) ≫ h)(a, (p, q, r)) vs (f ≫ (g ≫ h))(a, (p, q, r))")
 
 
 @_law
-def check_para_units(f, a, p, *, identity=_para_identity, compose=_then, atol=ATOL, rtol=RTOL):
+def check_para_units(f, a, p, *, identity=_para_identity, compose=then, atol=ATOL, rtol=RTOL):
     """(R^0, id) is a unit: (id ≫ f)(a, (None, p)) = f(a, p) = (f ≫ id)(a, (p, None))."""
     left, right = compose(identity(f.dom), f), compose(f, identity(f.cod))
     for side, m, slots, expected in (
-            ("id ≫ f", left, (None,) + _slots(f, p), (R(0),) + _slot_spaces(f)),
-            ("f ≫ id", right, _slots(f, p) + (None,), _slot_spaces(f) + (R(0),))):
-        _same(m.param, Product(*expected), f"parameter object of {side}")
+            ("id ≫ f", left, (None,) + flat_slots(f, p), (R(0),) + flat_slot_spaces(f)),
+            ("f ≫ id", right, flat_slots(f, p) + (None,), flat_slot_spaces(f) + (R(0),))):
+        same(m.param, Product(*expected), f"parameter object of {side}")
         assert_close(m(a, slots), f(a, p), atol, rtol, f"({side})(a, ...) vs f(a, p)")
 
 
 @_law
-def check_reparam_identity(f, a, p, *, identity=_identity, reparam=_reparam, atol=ATOL, rtol=RTOL):
+def check_reparam_identity(f, a, p, *, identity=_identity, reparam=reparam_along, atol=ATOL, rtol=RTOL):
     """Reparameterising along 1_P changes nothing: f.reparam(1_P) = f."""
     g = reparam(f, identity(f.param))
-    _same(g.param, f.param, "parameter object of f.reparam(1)")
+    same(g.param, f.param, "parameter object of f.reparam(1)")
     assert_close(g(a, p), f(a, p), atol, rtol, "f.reparam(1)(a, p) vs f(a, p)")
 
 
 @_law
-def check_reparam_composition(f, r1, r2, a, q, *, reparam=_reparam, compose=_then,
+def check_reparam_composition(f, r1, r2, a, q, *, reparam=reparam_along, compose=then,
                               atol=ATOL, rtol=RTOL):
     """f.reparam(r1).reparam(r2) = f.reparam(r2 ≫ r1), and both send (a, q) to f(a, r1(r2(q)))."""
     twice, once = reparam(reparam(f, r1), r2), reparam(f, compose(r2, r1))
-    _same(twice.param, r2.dom, "parameter object of f.reparam(r1).reparam(r2)")
-    _same(once.param, r2.dom, "parameter object of f.reparam(r2 ≫ r1)")
+    same(twice.param, r2.dom, "parameter object of f.reparam(r1).reparam(r2)")
+    same(once.param, r2.dom, "parameter object of f.reparam(r2 ≫ r1)")
     direct = f(a, r1(r2(q)))
     assert_close(twice(a, q), direct, atol, rtol, "f.reparam(r1).reparam(r2)(a, q) vs f(a, r1(r2 q))")
     assert_close(once(a, q), direct, atol, rtol, "f.reparam(r2 ≫ r1)(a, q) vs f(a, r1(r2 q))")
@@ -443,7 +449,7 @@ def check_reparam_composition(f, r1, r2, a, q, *, reparam=_reparam, compose=_the
 
 @_law
 def check_weight_tying(f, g, a, p, *, tie=_tie, tying_map=_tying_map, slot_uses=_slot_uses,
-                       compose=_then, atol=ATOL, rtol=RTOL):
+                       compose=then, atol=ATOL, rtol=RTOL):
     """Tying along Δ: tie(f ≫ g, [0, 1])(a, p) = (f ≫ g)(a, (p, p)), and the shared slot is used twice."""
     if f.param != g.param:
         raise AssertionError(f"tied layers need one parameter object, got {f.param!r} and {g.param!r}")

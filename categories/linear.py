@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._compose import check_composable
-from .spaces import Space, _is_concrete
+from .points import is_concrete
+from .spaces import Space
 from .errors import CovectorError
 
 tree_map = jax.tree_util.tree_map
@@ -279,7 +280,7 @@ def once(make):
         if kept:
             return kept[0]
         made = make()
-        if _is_concrete(made):
+        if is_concrete(made):
             kept.append(made)
         return made
 

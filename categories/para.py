@@ -13,7 +13,8 @@ tied, how uses are counted) are written once.
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence, cast
+from abc import ABC, abstractmethod
+from typing import Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +31,30 @@ def chain_parts(f, g) -> tuple:
     return tuple(f.parts) + tuple(g.parts)
 
 
-class Para:
+class Parameterised(ABC):
+    """Anything with a parameter object P that may be reparameterised along r : Q → P (a `Para`,
+    a parameterised lens): what weight tying asks of it (abstract).
+
+    Examples:
+        >>> from categories.para import Parameterised
+        >>> isinstance(Para(R(), R(), R(), lambda a, p: p * a), Parameterised)
+        True
+    """
+
+    name: str
+    param: Space
+
+    @property
+    def parts(self) -> tuple:
+        """Its components in sequence (a chain's; else itself)."""
+        return (self,)
+
+    @abstractmethod
+    def reparam(self, r: Smooth, *args, **kwargs) -> "Parameterised":
+        """The 2-cell along r : Q → P."""
+
+
+class Para(Parameterised):
     """A parameterised smooth map (P, f : A × P → B); call it as `f(a, p)`.
 
     Examples:
@@ -42,10 +66,6 @@ class Para:
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
         self.name: str = name if name else str(getattr(fn, "__name__", "f"))
-
-    @property
-    def parts(self) -> tuple:
-        return (self,)
 
     def __call__(self, a, p):
         return self.fn(a, p)
@@ -154,11 +174,57 @@ def check_slots(P: Space, slots) -> list:
     return out
 
 
-def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
-    """r : Q → P sharing the slots `slots` of the product P (they must be the same space).
+class TyingMap(Smooth):
+    """r : Q → P sharing the slots `slots` of the product P: Q is P with the tied slots after
+    the first removed (`keep`: the slots of P that Q keeps), and r copies the shared slot into
+    each of its places (for two slots, the diagonal Δ : P_i → P_i × P_i placed in P).
 
-    Q is P with the slots after the first removed; r copies the shared slot into each of its
-    places: for two slots this is the diagonal Δ : P_i → P_i × P_i, placed in the product.
+    Examples:
+        >>> from categories.para import TyingMap
+        >>> r = TyingMap(Product(R(), R(), R(2)), [0, 1])
+        >>> r.dom, r.slots, r.keep, r.one_slot
+        (R × R^2, (0, 1), (0, 2), False)
+    """
+
+    slots: tuple  # the checked slots of P, sorted
+    keep: tuple  # the slots of P that Q keeps (the first tied one among them)
+
+    def __init__(self, P: Space, slots: Sequence[int]):
+        checked = check_slots(P, slots)
+        assert isinstance(P, Product)  # check_slots refuses any other parameter object
+        shared = P.factors[checked[0]]
+        for s in checked[1:]:
+            if P.factors[s] != shared:
+                raise SpaceMismatch(
+                    f"cannot tie slot {checked[0]} ({shared!r}) with slot {s} ({P.factors[s]!r}): "
+                    "tied slots must have the same parameter object")
+        self.slots = tuple(checked)
+        self.keep = tuple(i for i in range(len(P.factors)) if i not in checked[1:])
+        # every slot tied: Q is the shared object itself (even a product (W, b)), r the diagonal
+        Q = shared if self.one_slot else Product(*(P.factors[i] for i in self.keep))
+        where = {i: k for k, i in enumerate(self.keep)}
+        first, n = checked[0], len(P.factors)
+
+        def r(q):
+            if self.one_slot:
+                return tuple(q for _ in range(n))
+            return tuple(q[where[first]] if i in checked else q[where[i]] for i in range(n))
+
+        super().__init__(Q, P, r, "Δ" if len(checked) == 2 else f"Δ{len(checked)}")
+        self.section = self.keep_slots  # how a point of P, such as an initial point, gives one of Q
+
+    @property
+    def one_slot(self) -> bool:
+        return len(self.keep) == 1
+
+    def keep_slots(self, p):
+        """The left inverse P → Q: the kept slots of p (the first of the tied ones)."""
+        return p[self.keep[0]] if self.one_slot else tuple(p[i] for i in self.keep)
+
+
+def tying_map(P: Space, slots: Sequence[int]) -> TyingMap:
+    """r : Q → P sharing the slots `slots` of the product P (they must be the same space): the
+    `TyingMap`.
 
     Examples:
         >>> r = tying_map(R() * R(), [0, 1])
@@ -167,36 +233,7 @@ def tying_map(P: Space, slots: Sequence[int]) -> Smooth:
         >>> [float(v) for v in r(jnp.asarray(3.0))]
         [3.0, 3.0]
     """
-    slots = check_slots(P, slots)
-    assert isinstance(P, Product)  # check_slots refuses any other parameter object
-    shared = P.factors[slots[0]]
-    for s in slots[1:]:
-        if P.factors[s] != shared:
-            raise SpaceMismatch(
-                f"cannot tie slot {slots[0]} ({shared!r}) with slot {s} ({P.factors[s]!r}): "
-                "tied slots must have the same parameter object"
-            )
-    keep = [i for i in range(len(P.factors)) if i not in slots[1:]]
-    where = {i: k for k, i in enumerate(keep)}
-    if len(keep) == 1:  # every slot tied: Q is the shared object itself, r the diagonal
-        Q = shared
-
-        def r(q):
-            return tuple(q for _ in P.factors)
-    else:
-        Q = Product(*(P.factors[i] for i in keep))
-
-        def r(q):
-            return tuple(q[where[slots[0]]] if i in slots else q[where[i]]
-                         for i in range(len(P.factors)))
-
-    tied: Any = Smooth(Q, P, r, "Δ" if len(slots) == 2 else f"Δ{len(slots)}")  # + what it ties:
-    tied.slots = slots  # the checked slots, sorted
-    tied.one_slot = len(keep) == 1  # Q is the shared slot itself, even when it is a product (W, b)
-    # A left inverse P → Q (keep the first of the tied slots): how a point of P, such as an
-    # initial point, gives one of Q.
-    tied.section = (lambda p: p[keep[0]]) if len(keep) == 1 else (lambda p: tuple(p[i] for i in keep))
-    return tied
+    return TyingMap(P, slots)
 
 
 def para_tie(f, slots: Sequence[int]):
@@ -209,17 +246,11 @@ def para_tie(f, slots: Sequence[int]):
         >>> float(tied(2.0, 3.0)), tied.param
         (18.0, R)
     """
-    if not isinstance(getattr(f, "param", None), Space) or not callable(getattr(f, "reparam", None)):
+    if not isinstance(f, Parameterised):
         raise KindError(f"tie needs a parameterised map or lens (with a parameter object), got "
-                        f"{type(f).__name__} {f!r}" + ("; for a family of lenses use lenses.tie"
-                                                      if callable(getattr(f, "lift", None)) else ""))
-    r: Any = tying_map(f.param, slots)  # with the slots it ties
-    return f.reparam(r, name=f"tie({f.name}, {r.slots})")
-
-
-def one_slot(r: Smooth) -> bool:
-    """Is the domain Q of the reparameterisation r one parameter slot (rather than a product of slots)?"""
-    return getattr(r, "one_slot", not isinstance(r.dom, Product))
+                        f"{type(f).__name__} {f!r} (for a family of lenses use lenses.tie)")
+    r = tying_map(f.param, slots)
+    return f.reparam(r, name=f"tie({f.name}, {list(r.slots)})")
 
 
 def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
@@ -237,7 +268,7 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
     # Any point and any direction with no zero coordinate will do; zeros and ones need no
     # random-number compilation for each new shape.
     q0 = Q.zeros() if euclidean(Q) else Q.sample_interior(key)
-    single = one_slot(r)
+    single = r.one_slot
     q_factors = (Q,) if single else cast(Product, Q).factors  # not one slot: a product
     counts = []
     for i, F in enumerate(q_factors):
@@ -260,5 +291,5 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
 
 __all__ = [
     "Para", "ParaChain", "para_identity", "para_of", "tying_map", "para_tie", "slot_uses",
-    "chain_parts", "one_slot", "check_slots",
+    "chain_parts", "check_slots", "TyingMap", "Parameterised",
 ]

@@ -7,6 +7,8 @@ projections `fst`/`snd`, the diagonal (copy) and `smooth_discard` to the termina
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 
 from ._compose import check_composable
@@ -14,22 +16,6 @@ from .spaces import DomainError, Product, R, Space, euclidean
 from .errors import KindError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
-
-
-def _lands(space: Space, y) -> str | None:
-    """None if y has the structure and shapes of a point of `space` (static), else why not."""
-    if isinstance(space, Product):
-        if not isinstance(y, tuple) or len(y) != len(space.factors):
-            return f"expected a tuple of {len(space.factors)}, got {type(y).__name__}"
-        return next((w for w in map(_lands, space.factors, y) if w), None)
-    if space.is_terminal:
-        return None if y is None else "expected None (R^0)"
-    shape = getattr(y, "shape", None)
-    if shape is None and isinstance(y, (int, float)):
-        shape = ()
-    if shape is None or tuple(shape) != tuple(space.shape):
-        return f"expected shape {tuple(space.shape)}, got {shape if shape is not None else y!r}"
-    return None
 
 
 class Smooth:
@@ -46,6 +32,9 @@ class Smooth:
         1.6487
     """
 
+    #: a left inverse cod → dom, where one is known (a tying map's keeps the tied slots once)
+    section: Callable | None = None
+
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
         if not isinstance(dom, Space) or not isinstance(cod, Space):
             raise KindError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
@@ -55,6 +44,12 @@ class Smooth:
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
         self._check = check
+
+    @property
+    def one_slot(self) -> bool:
+        """Is the domain one parameter slot (rather than a product of slots)? A reparameterisation
+        along this map counts the uses of each slot by it."""
+        return not isinstance(self.dom, Product)
 
     def __call__(self, x):
         if not self._check:
@@ -77,7 +72,7 @@ class Smooth:
         """fn(x), if it has the structure and shapes of a point of the codomain, else
         `SpaceMismatch` (shapes are static: checked once per trace under jit)."""
         y = self.fn(x)
-        why = _lands(self.cod, y)
+        why = self.cod.mismatch(y, "its value")
         if why:
             raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
                                 f"codomain: {why}")

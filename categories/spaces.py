@@ -11,9 +11,8 @@ Spaces are static structure: frozen, compared and hashed by value, never traced 
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -21,67 +20,8 @@ import numpy as np
 
 from . import draws
 from .errors import DimensionError, DomainError, KindError
-
-
-#: the largest dimension of a space or layer size: an array axis beyond it (2^31 − 1, the
-#: index range of XLA's 32-bit loops) cannot be allocated anyway, and a larger number is a typo
-MAX_DIMENSION = 2**31 - 1
-#: the largest number of coordinates of one space (2^40, about 10^12: 8 TiB in float64)
-MAX_SIZE = 2**40
-
-
-def dimension(n, what: str, least: int = 0) -> int:
-    """n as a Python int if it is an integer in [`least`, MAX_DIMENSION] (numpy integers
-    welcome; bools, floats, strings refused), else `DimensionError` naming `what` and the value."""
-    if isinstance(n, (bool, np.bool_)):
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
-    try:
-        k = operator.index(n)
-    except TypeError:
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}") from None
-    if k < least:
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
-    if k > MAX_DIMENSION:
-        raise DimensionError(f"{what} must be an integer ≤ {MAX_DIMENSION} (2^31 − 1), got {n!r}")
-    return int(k)
-
-
-def _dimensions(shape, who: str, least: int = 0) -> tuple:
-    return tuple(dimension(s, f"dimension {i} of {who}", least) for i, s in enumerate(shape))
-
-
-def _check_real(x, what: str, space) -> None:
-    """Refuse a point whose entries are not real numbers: a non-numeric, boolean or complex
-    dtype (always: dtypes are static), NaN or infinity (concrete values only)."""
-    if isinstance(x, (bool, np.bool_)):
-        raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, got {x!r}")
-    dtype = getattr(x, "dtype", None)
-    if dtype is None:
-        if isinstance(x, complex):
-            raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, "
-                              f"got the complex number {x!r}")
-        floating = isinstance(x, float)
-    else:
-        try:
-            floating = bool(jnp.issubdtype(dtype, jnp.floating))
-            real = floating or bool(jnp.issubdtype(dtype, jnp.integer))
-        except TypeError:
-            real = False
-        if not real:
-            raise DomainError(f"{what} is not a point of {space!r}: expected real numbers, "
-                              f"got an array of dtype {dtype}")
-    if floating and _is_concrete(x):
-        a = np.asarray(x)
-        finite = np.isfinite(a)
-        if not finite.all():
-            i = tuple(int(k) for k in np.argwhere(~finite)[0]) if a.ndim else ()
-            raise DomainError(f"{what} is not a point of {space!r}: coordinate {i} is "
-                              f"{a[i] if a.ndim else a}, not a real number")
-
-
-def _is_concrete(x) -> bool:
-    """True when every leaf of x has a value now (not a JAX tracer inside jit/vmap/grad)."""
-    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+from .dimensions import MAX_SIZE, dimensions
+from .points import check_finite, describe, is_concrete, real_dtype_mismatch, shape_of
 
 
 def _shape_str(shape) -> str:
@@ -103,17 +43,6 @@ def _latex_number(x) -> str:
     return f"{x:g}".replace("inf", r"\infty")
 
 
-def _describe(x) -> str:
-    if x is None:
-        return "None"
-    if isinstance(x, tuple):
-        return "a tuple of " + str(len(x))
-    shape = getattr(x, "shape", None)
-    if shape is None:
-        return f"{type(x).__name__} {x!r}"
-    return f"an array of shape {tuple(shape)}"
-
-
 class Space:
     """An open subset of R^shape (abstract base).
 
@@ -124,6 +53,9 @@ class Space:
     """
 
     shape: tuple = ()
+    #: points are discrete labels (token ids, PRNG keys): integer points keep their dtype and
+    #: have no covector (a class attribute, not a dataclass field)
+    discrete: ClassVar[bool] = False
 
     # -- structure ---------------------------------------------------------------------------
     @property
@@ -169,16 +101,31 @@ class Space:
         """A traceable boolean: x lies in the open set (shape assumed right)."""
         return jnp.all(self.interior_margin(x) > 0)
 
-    def _check_shape(self, x, what: str) -> None:
-        shape = getattr(x, "shape", None)
-        if shape is None and isinstance(x, (int, float, complex, np.number, np.bool_)):
-            shape = ()
-        if shape is None or tuple(shape) != tuple(self.shape):
-            raise DomainError(
-                f"{what} is not a point of {self!r}: expected an array of shape "
-                f"{tuple(self.shape)}, got {_describe(x)}"
-            )
-        _check_real(x, what, self)
+    # -- the one check: is x (shaped as) a point of this space ------------------------------
+    def mismatch(self, x, where: str = "the point", lead: tuple = ()) -> str | None:
+        """None if x has the structure, shapes and real entries of a point of this space (with
+        the leading axes `lead`, e.g. a batch's), else why not, naming `where` in x it
+        differs. Static: what a trace knows (structure, shapes, dtypes), so it holds under `jit`.
+
+        Every check that a value is shaped as a point (composition, a lens's input, parameter
+        and covector checks, the optimiser's covector, saved work) asks this one method.
+
+        Examples:
+            >>> print((R(3) * R(2)).mismatch((jnp.zeros(3), jnp.zeros(4)), "p"))
+            p[1] is not a point of R^2: expected an array of shape (2,), got an array of shape (4,)
+        """
+        want = tuple(lead) + tuple(self.shape)
+        if shape_of(x) != want:
+            return self.not_a_point(where, lead, f"expected an array of shape {want}, got "
+                                                 f"{describe(x)}")
+        other = real_dtype_mismatch(x)
+        return self.not_a_point(where, lead, f"expected real numbers, got {other}") if other \
+            else None
+
+    def not_a_point(self, where: str, lead: tuple, why: str) -> str:
+        """The one wording of a mismatch: `where` is not a point of this space, and why."""
+        axes = f" (with leading axes {tuple(lead)})" if lead else ""
+        return f"{where} is not a point of {self!r}{axes}: {why}"
 
     def contains(self, x) -> bool:
         """Is x (a concrete point) in this open set?"""
@@ -196,8 +143,11 @@ class Space:
         open set is checked only for concrete values, since inside `jit` there are no values
         to look at.
         """
-        self._check_shape(x, what)
-        if _is_concrete(x):
+        why = self.mismatch(x, what)
+        if why:
+            raise DomainError(why)
+        check_finite(x, what, self)
+        if is_concrete(x):
             margin = np.asarray(self.interior_margin(x))
             if not np.all(margin > 0):
                 flat = margin.reshape(-1)
@@ -253,7 +203,7 @@ class R(Space):
     shape: tuple
 
     def __init__(self, *shape: int):
-        shape = _dimensions(shape, f"R{shape!r}")  # non-negative integers (numpy's welcome)
+        shape = dimensions(shape, f"R{shape!r}")  # non-negative integers (numpy's welcome)
         if math.prod(shape) > MAX_SIZE:
             raise DimensionError(f"R{shape} has {math.prod(shape)} coordinates, more than the "
                                  f"{MAX_SIZE} (2^40) one space may have")
@@ -275,14 +225,18 @@ class R(Space):
     def indicator(self, x):
         return jnp.asarray(True)
 
+    def mismatch(self, x, where: str = "the point", lead: tuple = ()) -> str | None:
+        if not self.is_terminal:
+            return super().mismatch(x, where, lead)
+        return None if x is None else self.not_a_point(
+            where, (), f"its only point is None, got {describe(x)}")
+
     def check(self, x, what: str = "point"):
-        if self.is_terminal:
-            if x is not None:
-                raise DomainError(
-                    f"{what} is not a point of {self!r}: its only point is None, got {_describe(x)}"
-                )
-            return x
-        self._check_shape(x, what)
+        why = self.mismatch(x, what)
+        if why:
+            raise DomainError(why)
+        if x is not None:
+            check_finite(x, what, self)
         return x
 
     def sample_interior(self, key):
@@ -319,7 +273,7 @@ class OpenBox(Space):
                                      "do not broadcast") from None
         if not isinstance(shape, (tuple, list)):
             raise DimensionError(f"OpenBox: shape must be a tuple of integers, got {shape!r}")
-        shape = _dimensions(shape, "OpenBox", least=1)
+        shape = dimensions(shape, "OpenBox", least=1)
         try:
             low, high = np.broadcast_to(low, shape), np.broadcast_to(high, shape)
         except ValueError:
@@ -331,28 +285,29 @@ class OpenBox(Space):
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)
 
-    def _bounds(self):
+    def bounds(self) -> tuple:
+        """(low, high) as arrays of the box's shape."""
         lo = np.asarray(self.low[0]).reshape(self.low[1])
         hi = np.asarray(self.high[0]).reshape(self.high[1])
         return lo, hi
 
     def interior_margin(self, x):
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         return jnp.minimum(x - lo, hi - x)
 
     def sample_interior(self, key):
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         u = jax.random.uniform(key, self.shape, minval=0.05, maxval=0.95)
         return lo + u * (hi - lo)
 
     def __repr__(self) -> str:
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):
             lo, hi = lo.flat[0], hi.flat[0]
         return f"OpenBox({_tup(lo)}, {_tup(hi)}) ⊆ {_shape_str(self.shape)}"
 
     def latex(self) -> str:
-        lo, hi = self._bounds()
+        lo, hi = self.bounds()
         if lo.size and np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):  # a cube
             interval = f"({_latex_number(lo.flat[0])}, {_latex_number(hi.flat[0])})"
             return _latex_power(interval, self.shape)
@@ -394,13 +349,14 @@ class OpenBall(Space):
         object.__setattr__(self, "radius", float(radius))
         object.__setattr__(self, "shape", tuple(center.shape))
 
-    def _center(self):
+    def center_array(self) -> np.ndarray:
+        """The centre as an array of the ball's shape (`center` holds it frozen, hashable)."""
         return np.asarray(self.center[0]).reshape(self.center[1])
 
     def interior_margin(self, x):
         # One number says how far inside the ball x is; spread over the coordinates so that
         # the report names the coordinate furthest from the centre.
-        d = x - self._center()
+        d = x - self.center_array()
         slack = self.radius - jnp.sqrt(jnp.sum(d * d))
         far = jnp.abs(d) >= jnp.max(jnp.abs(d)) if d.size else jnp.ones(d.shape, bool)
         return jnp.where(far, slack, jnp.inf)
@@ -410,13 +366,13 @@ class OpenBall(Space):
         v = draws.normal(k1, self.shape)
         v = v / (jnp.linalg.norm(v) + 1e-12)
         r = self.radius * jax.random.uniform(k2, (), minval=0.0, maxval=0.9)
-        return self._center() + r * v
+        return self.center_array() + r * v
 
     def __repr__(self) -> str:
-        return f"OpenBall({_tup(self._center())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
+        return f"OpenBall({_tup(self.center_array())}, {self.radius}) ⊆ {_shape_str(self.shape)}"
 
     def latex(self) -> str:
-        c = self._center()
+        c = self.center_array()
         centre = (_latex_number(float(c.flat[0])) if c.size and np.all(c == c.flat[0]) else "c")
         return (f"B_{{{_latex_number(self.radius)}}}({centre}) \\subseteq "
                 + _latex_power(r"\mathbb{R}", self.shape))
@@ -435,7 +391,7 @@ class Positive(Space):
 
     def __init__(self, *shape: int):
         # positive integers: a zero dimension would leave an orthant with no coordinates
-        object.__setattr__(self, "shape", _dimensions(shape, f"Positive{shape!r}", least=1))
+        object.__setattr__(self, "shape", dimensions(shape, f"Positive{shape!r}", least=1))
 
     def interior_margin(self, x):
         return jnp.asarray(x)
@@ -486,12 +442,17 @@ class Product(Space):
     def indicator(self, x):
         return jnp.all(jnp.stack([jnp.asarray(True)] + [f.indicator(xi) for f, xi in zip(self.factors, x)]))
 
-    def check(self, x, what: str = "point"):
+    def mismatch(self, x, where: str = "the point", lead: tuple = ()) -> str | None:
         if not isinstance(x, tuple) or len(x) != len(self.factors):
-            raise DomainError(
-                f"{what} is not a point of {self!r}: expected a tuple of {len(self.factors)}, "
-                f"got {_describe(x)}"
-            )
+            return self.not_a_point(where, lead, f"expected a tuple of {len(self.factors)}, "
+                                                 f"got {describe(x)}")
+        return next((why for i, (f, xi) in enumerate(zip(self.factors, x))
+                     if (why := f.mismatch(xi, f"{where}[{i}]", lead))), None)
+
+    def check(self, x, what: str = "point"):
+        why = self.mismatch(x, what)
+        if why:
+            raise DomainError(why)
         for i, (f, xi) in enumerate(zip(self.factors, x)):
             f.check(xi, f"{what}[{i}]")
         return x

@@ -155,7 +155,7 @@ def points(draw, space: Space):
     if isinstance(space, R):
         return None if space.is_terminal else jnp.asarray(draw(arrays(space.shape)))
     if isinstance(space, OpenBox):
-        low, high = space._bounds()
+        low, high = space.bounds()
         u = draw(arrays(space.shape, 0.05, 0.95))
         return jnp.asarray(low + u * (high - low))
     if isinstance(space, OpenBall):
@@ -163,7 +163,7 @@ def points(draw, space: Space):
         norm = np.sqrt(np.sum(direction ** 2))
         r = space.radius * draw(floats(0.0, 0.9))
         offset = direction * (r / norm) if norm > 0 else direction * 0.0
-        return jnp.asarray(space._center() + offset)
+        return jnp.asarray(space.center_array() + offset)
     if isinstance(space, Positive):
         return jnp.asarray(draw(arrays(space.shape, 0.1, 3.0)))
     # a space of the user's own: trust its sampler
@@ -227,10 +227,10 @@ def _into(space: Space):
     if isinstance(space, R):
         return "R", ()
     if isinstance(space, OpenBox):
-        low, high = space._bounds()
+        low, high = space.bounds()
         return "box", (c(0.5 * (low + high)), c(0.45 * (high - low)))
     if isinstance(space, OpenBall):
-        return "ball", (c(space._center()), c(0.9 * space.radius), c(1.0))
+        return "ball", (c(space.center_array()), c(0.9 * space.radius), c(1.0))
     if isinstance(space, Positive):
         return "positive", (c(np.full(space.shape, 0.1)),)
     raise UnsupportedError(f"smooth_maps cannot build maps into {space!r}")

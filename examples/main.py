@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.datasets import load_iris
 from sklearn.model_selection import train_test_split
 
-from lenses import (Diagonal, Euclidean, ParaLens, accuracy, adam, dense, diagram, dL, expression, fit,
+from lenses import (Diagonal, Euclidean, Layer, accuracy, adam, dense, diagram, dL, expression, fit,
                     gd, momentum, softmax_cross_entropy, tanh)
 
 OPTIMISERS = {"gd": lambda lr: gd(lr), "momentum": lambda lr: momentum(lr), "adam": lambda lr: adam(lr)}
@@ -47,7 +47,7 @@ def traced(model, log):
             da, dp = part.backward(a, p, b)
             return da.value, dp.value
 
-        return ParaLens(part.dom, part.cod, part.param, forward, backward, name=part.name, check=False)
+        return Layer(part.dom, part.cod, part.param, forward, backward, name=part.name, check=False)
 
     chain = wrap(model.parts[0])
     for part in model.parts[1:]:

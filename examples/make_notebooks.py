@@ -873,7 +873,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from categories import Covector, Positive, R
-from lenses import (Euclidean, LogBarrier, LossFamily, ParaLens, batch_loss, batched, gd,
+from lenses import (Euclidean, LogBarrier, LossFamily, Layer, batch_loss, batched, gd,
                     train_step)
 
 plt.rcParams["figure.dpi"] = 72
@@ -892,7 +892,7 @@ v_true = np.logspace(-3, 1, d)
 Y = rng.normal(size=(n, d)) * np.sqrt(v_true)
 X = np.ones((n, 1))  # the model has no input: its output is its parameter
 P = Positive(d)
-model = ParaLens(R(1), R(d), P, lambda x, v: v * x, name="variances", init=lambda k: jnp.ones(d))
+model = Layer(R(1), R(d), P, lambda x, v: v * x, name="variances", init=lambda k: jnp.ones(d))
 v_hat = np.mean(Y ** 2, axis=0)
 L_star = 0.5 * np.sum(1.0 + np.log(v_hat))  # L at its minimiser v̂ = mean y²
 loss = batch_loss(GaussianNLL(), Y, "mean")
@@ -1487,7 +1487,7 @@ import numpy as np
 from jax import lax
 
 from categories import Covector, OpenBall, Product, R
-from lenses import LossFamily, ParaLens, Poincare, adam, gd, riemannian_adam, train_step
+from lenses import LossFamily, Layer, Poincare, adam, gd, riemannian_adam, train_step
 
 plt.rcParams["figure.dpi"] = 72
 N, STEPS, SEEDS = 63, 300, range(10)
@@ -1583,7 +1583,7 @@ def euclidean_runs(d, make_opt):
     \"\"\"(lrs, inits, U, V, cand) ↦ (embeddings, losses), rate × initial point: train_step with
     make_opt(lr) on the free embedding R^{N×d}, STEPS full-batch steps in one dispatch each
     (`step.run`); the rates differ only in their numbers, so one compilation serves them all.\"\"\"
-    model = ParaLens(R(1), R(N, d), R(N, d), lambda x, p: p * x[0], name=f"embedding R^{d}")
+    model = Layer(R(1), R(N, d), R(N, d), lambda x, p: p * x[0], name=f"embedding R^{d}")
     X, Y = np.ones((STEPS, 1, 1)), np.zeros((STEPS, 1, N, d))
 
     def run(lrs, inits, U, V, cand):
@@ -1630,7 +1630,7 @@ U7, V7 = np.nonzero(adj7)
 cand7 = (~adj7 & ~np.eye(7, dtype=bool))[U7]
 cand7[np.arange(len(U7)), V7] = True
 balls = Product(*[OpenBall(np.zeros(2), 1.0)] * 7)
-lens7 = ParaLens(R(1), R(7, 2), balls, lambda x, p: jnp.stack(p) * x[0], name="7 points of the disc")
+lens7 = Layer(R(1), R(7, 2), balls, lambda x, p: jnp.stack(p) * x[0], name="7 points of the disc")
 e0 = jax.random.uniform(jax.random.PRNGKey(0), (7, 2), minval=-0.3, maxval=0.3)
 step = train_step(lens7, EdgeNLL(U7, V7, cand7, hyperbolic=True), gd(1.0, metric=Poincare()))
 state = step.init(tuple(e0))

@@ -1,7 +1,7 @@
 """Parameterised lenses (P, f, f'): layers with a derived backward part, and learning built on them.
 
-The layers of the package, in the theory's order: lenses (`para_lens`, `families`,
-`structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
+The layers of the package, in the theory's order: lenses (`para_lens`, `layer`, `families`,
+`batched`, `slots`, `structure`, `recompute`, `repetition`, `layers`), then losses and inner products (`losses`,
 `metrics`, `natural`, `kfac`, `geometry`), then optimisers (`optimisers`), then training (`training`);
 beside them checks, laws, strategies, instruments and pictures (`checks`, `laws`, `strategies`,
 `instruments`, `diagrams`, `discopy_bridge`), and models written elsewhere as lenses (`external`:
@@ -38,8 +38,11 @@ from .optimisers import (Optimiser, adagrad, adam, chain, from_optax, gd, moment
                          scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
                          scale_by_momentum, sharp)
 from .optimisers.riemannian import riemannian_adam, scale_by_riemannian_adam
-from .para_lens import (Affine, Batched, Chain, Layer, Parallel, ParaLens, Reparam, Site, batched,
-                        derived, n_params, tie, uses)
+from .batched import Batched, batched
+from .layer import Layer, derived
+from .para_lens import Chain, Parallel, ParaLens, Reparam
+from .sites import Affine, Site
+from .slots import n_params, tie, uses
 from .recompute import Checkpointed, checkpoint
 from .layers.recurrent import Tied, gru_cell, lstm_cell, rnn_cell, shift_step, unroll
 from .repetition import Repeat, Stacked, repeat, stacked

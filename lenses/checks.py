@@ -22,7 +22,8 @@ from categories import Product, Smooth, Space, diagonal, pair, projection, smoot
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
 
-from .para_lens import ParaLens, derived
+from .layer import derived
+from .para_lens import ParaLens
 
 
 @dataclass

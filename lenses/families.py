@@ -17,10 +17,11 @@ from typing import Callable
 from categories import Product, Space
 from categories.errors import KindError, SpaceMismatch
 
-from .drawing import picture
+from . import picture
+from .composable import Composable
 
 
-class LensFamily:
+class LensFamily(Composable):
     """A family A ↦ F_A of parameterised lenses (`make(A)` builds the member with domain A).
 
     Examples:
@@ -68,12 +69,12 @@ class LensFamily:
 
     # -- composition --------------------------------------------------------------------------
     def __rshift__(self, other):
-        if not hasattr(other, "after"):
+        if not isinstance(other, Composable):
             return NotImplemented
         if other.is_fixed() and self.endo:  # an endomorphism family is fixed by what follows
             return self.at(other.dom) >> other
         return LensFamily(lambda A: self.at(A) >> other, f"{self.name} ≫ {other.name}",
-                          self.smooth and other.smooth, self.endo and getattr(other, "endo", False))
+                          self.smooth and other.smooth, self.endo and other.endo)
 
     def __matmul__(self, other):
         return _beside(self, other)
@@ -121,14 +122,14 @@ def _beside(f, g) -> LensFamily:
         return left @ right
 
     return LensFamily(make, f"({f.name} ⊗ {g.name})", f.smooth and g.smooth,
-                      getattr(f, "endo", False) and getattr(g, "endo", False))
+                      f.endo and g.endo)
 
 
 def family(make: Callable[[Space], object], name: str, smooth: bool = True, endo: bool = False):
     """The family A ↦ make(A) (`endo`: every member is an endomorphism A → A).
 
     Examples:
-        >>> double = family(lambda A: ParaLens(A, A, R(0), lambda a, p: 2 * a, name="double"), "double", endo=True)
+        >>> double = family(lambda A: Layer(A, A, R(0), lambda a, p: 2 * a, name="double"), "double", endo=True)
         >>> double.at(R(2))(jnp.array([1.0, 2.0]), None).tolist()
         [2.0, 4.0]
     """

@@ -21,16 +21,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from categories import Product, R, smooth_identity as _smooth_identity
-from categories.laws import ATOL, RTOL, assert_close, law_registry
+from categories import R, smooth_identity as _smooth_identity
+from categories.laws import (ATOL, RTOL, assert_close, associated, flat_slots,
+                             law_registry, reparam_along, same, then)
 from categories.linear import unwrap
 
 from .layers import basic as layers
 from .lens import lens_identity as _lens_identity
 from .lens import lens_of as _lens_of
-from .para_lens import ParaLens, batched as _batched
+from .batched import batched as _batched
+from .layer import Layer
 from .recompute import checkpoint as _checkpoint
-from .para_lens import tie as _tie, uses as _uses
+from .slots import tie as _tie, uses as _uses
 from .structure import add as _add_lens, copy as _copy, discard as _discard
 
 #: name of every law check → its statement (the first line of its docstring)
@@ -42,8 +44,6 @@ _law = law_registry(LAWS)
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def _then(f, g):
-    return f >> g
 
 
 def _parallel(f, g):
@@ -54,13 +54,8 @@ def _para_identity(A):
     return layers.identity.at(A)
 
 
-def _slots(m, p) -> tuple:
-    """The slots m occupies in a composite's flat parameter point (a chain brings its parts')."""
-    return tuple(p) if len(m.parts) > 1 else (p,)
 
 
-def _slot_spaces(m) -> tuple:
-    return tuple(m.param.factors) if len(m.parts) > 1 else (m.param,)
 
 
 def _run(lens, a, p, b):
@@ -70,9 +65,6 @@ def _run(lens, a, p, b):
     return out, unwrap(da), unwrap(dp)
 
 
-def _same(a, b, what: str) -> None:
-    if a != b:
-        raise AssertionError(f"{what}: {a!r} vs {b!r}")
 
 
 def _sum(*xs):
@@ -89,16 +81,16 @@ def _agree(left, right, names, atol, rtol):
 # -- plain lenses ------------------------------------------------------------------------------
 
 @_law
-def check_lens_associativity(f, g, h, a, d, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_lens_associativity(f, g, h, a, d, *, compose=then, atol=ATOL, rtol=RTOL):
     """(f ≫ g) ≫ h = f ≫ (g ≫ h) for lenses: the same get, and the same put at (a, d')."""
     left, right = compose(compose(f, g), h), compose(f, compose(g, h))
-    _same((left.dom, left.cod), (right.dom, right.cod), "types of (f ≫ g) ≫ h and f ≫ (g ≫ h)")
+    same((left.dom, left.cod), (right.dom, right.cod), "types of (f ≫ g) ≫ h and f ≫ (g ≫ h)")
     assert_close(left.get(a), right.get(a), atol, rtol, "get: (f ≫ g) ≫ h vs f ≫ (g ≫ h)")
     assert_close(left.put(a, d), right.put(a, d), atol, rtol, "put: (f ≫ g) ≫ h vs f ≫ (g ≫ h)")
 
 
 @_law
-def check_lens_identities(f, a, b, *, identity=_lens_identity, compose=_then, atol=ATOL, rtol=RTOL):
+def check_lens_identities(f, a, b, *, identity=_lens_identity, compose=then, atol=ATOL, rtol=RTOL):
     """1_A ≫ f = f = f ≫ 1_B for a lens f : A → B, on get and on put."""
     for side, m in (("1 ≫ f", compose(identity(f.dom), f)), ("f ≫ 1", compose(f, identity(f.cod)))):
         assert_close(m.get(a), f.get(a), atol, rtol, f"get: {side} vs f")
@@ -106,7 +98,7 @@ def check_lens_identities(f, a, b, *, identity=_lens_identity, compose=_then, at
 
 
 @_law
-def check_lens_of_composition(f, g, a, c, *, lens_of=_lens_of, compose=_then, atol=ATOL, rtol=RTOL):
+def check_lens_of_composition(f, g, a, c, *, lens_of=_lens_of, compose=then, atol=ATOL, rtol=RTOL):
     """lens_of(f ≫ g) = lens_of(f) ≫ lens_of(g): the reverse derivative is a functor into lenses."""
     left, right = lens_of(compose(f, g)), compose(lens_of(f), lens_of(g))
     assert_close(left.get(a), right.get(a), atol, rtol, "get: lens_of(f ≫ g) vs lens_of(f) ≫ lens_of(g)")
@@ -126,52 +118,48 @@ def check_lens_of_identity(A, a, b, *, lens_of=_lens_of, identity=_lens_identity
 # -- parameterised lenses ------------------------------------------------------------------------
 
 @_law
-def check_para_lens_associativity(f, g, h, a, p, q, r, d, *, compose=_then, atol=ATOL, rtol=RTOL):
+def check_para_lens_associativity(f, g, h, a, p, q, r, d, *, compose=then, atol=ATOL, rtol=RTOL):
     """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: parameters P × Q × R, point (p, q, r), same f'."""
-    left, right = compose(compose(f, g), h), compose(f, compose(g, h))
-    flat = Product(*_slot_spaces(f), *_slot_spaces(g), *_slot_spaces(h))
-    _same(left.param, flat, "parameter object of (f ≫ g) ≫ h vs P × Q × R")
-    _same(right.param, flat, "parameter object of f ≫ (g ≫ h) vs P × Q × R")
-    pqr = _slots(f, p) + _slots(g, q) + _slots(h, r)
+    left, right, pqr = associated(f, g, h, p, q, r, compose)
     _agree(_run(left, a, pqr, d), _run(right, a, pqr, d), ("(f ≫ g) ≫ h", "f ≫ (g ≫ h)"), atol, rtol)
 
 
 @_law
-def check_para_lens_identities(f, a, p, b, *, identity=_para_identity, compose=_then,
+def check_para_lens_identities(f, a, p, b, *, identity=_para_identity, compose=then,
                                atol=ATOL, rtol=RTOL):
     """(R^0, id) is a unit: id ≫ f and f ≫ id act as f, with a None slot for the identity."""
     value, da, dp = _run(f, a, p, b)
-    for side, m, point, before in (("id ≫ f", compose(identity(f.dom), f), (None,) + _slots(f, p), True),
-                                   ("f ≫ id", compose(f, identity(f.cod)), _slots(f, p) + (None,), False)):
+    for side, m, point, before in (("id ≫ f", compose(identity(f.dom), f), (None,) + flat_slots(f, p), True),
+                                   ("f ≫ id", compose(f, identity(f.cod)), flat_slots(f, p) + (None,), False)):
         got_v, got_a, got_p = _run(m, a, point, b)
         assert_close(got_v, value, atol, rtol, f"forward value: {side} vs f")
         assert_close(got_a, da, atol, rtol, f"input covector: {side} vs f")
-        expected_p = (None,) + _slots(f, dp) if before else _slots(f, dp) + (None,)
+        expected_p = (None,) + flat_slots(f, dp) if before else flat_slots(f, dp) + (None,)
         assert_close(got_p, expected_p, atol, rtol, f"parameter covector: {side} vs (None, f's)")
 
 
 @_law
-def check_parallel_interchange(f, g, h, k, a, c, p, q, r, s, b, d, *, compose=_then,
+def check_parallel_interchange(f, g, h, k, a, c, p, q, r, s, b, d, *, compose=then,
                                parallel=_parallel, atol=ATOL, rtol=RTOL):
     """(f ⊗ g) ≫ (h ⊗ k) = (f ≫ h) ⊗ (g ≫ k), parameters ((p, q), (r, s)) ↔ ((p, r), (q, s))."""
     left = compose(parallel(f, g), parallel(h, k))
     right = parallel(compose(f, h), compose(g, k))
     lv, la, lp = _run(left, (a, c), ((p, q), (r, s)), (b, d))
-    rv, ra, rp = _run(right, (a, c), (_slots(f, p) + _slots(h, r), _slots(g, q) + _slots(k, s)), (b, d))
+    rv, ra, rp = _run(right, (a, c), (flat_slots(f, p) + flat_slots(h, r), flat_slots(g, q) + flat_slots(k, s)), (b, d))
     (dp, dq), (dr, ds) = lp
-    rearranged = (_slots(f, dp) + _slots(h, dr), _slots(g, dq) + _slots(k, ds))
+    rearranged = (flat_slots(f, dp) + flat_slots(h, dr), flat_slots(g, dq) + flat_slots(k, ds))
     _agree((lv, la, rearranged), (rv, ra, rp), ("(f ⊗ g) ≫ (h ⊗ k)", "(f ≫ h) ⊗ (g ≫ k)"), atol, rtol)
 
 
 # -- copy, discard, add ---------------------------------------------------------------------------
 
 def _swap(A):
-    return ParaLens(A * A, A * A, R(0), lambda aa, p: (aa[1], aa[0]), name="σ")
+    return Layer(A * A, A * A, R(0), lambda aa, p: (aa[1], aa[0]), name="σ")
 
 
 @_law
 def check_copy_counit(A, a, b, *, copy=_copy, discard=_discard, identity=_para_identity,
-                      compose=_then, parallel=_parallel, atol=ATOL, rtol=RTOL):
+                      compose=then, parallel=_parallel, atol=ATOL, rtol=RTOL):
     """copy ≫ (discard ⊗ id) ≅ id ≅ copy ≫ (id ⊗ discard): a copy of which one half is discarded."""
     for side, m, unit in (
             ("copy ≫ (discard ⊗ id)", compose(copy(A), parallel(discard(A), identity(A))), 1),
@@ -218,7 +206,7 @@ def check_discard_backward_zero(A, a, *, discard=_discard, atol=ATOL, rtol=RTOL)
 
 
 @_law
-def check_copy_commutative(A, a, u, v, *, copy=_copy, compose=_then, atol=ATOL, rtol=RTOL):
+def check_copy_commutative(A, a, u, v, *, copy=_copy, compose=then, atol=ATOL, rtol=RTOL):
     """copy ≫ σ = copy: swapping the two copies changes nothing, forward or backward."""
     left, right = compose(copy(A), _swap(A)), copy(A)
     lv, la, _ = _run(left, a, (None, None), (u, v))
@@ -228,7 +216,7 @@ def check_copy_commutative(A, a, u, v, *, copy=_copy, compose=_then, atol=ATOL, 
 
 
 @_law
-def check_copy_coassociative(A, a, u, v, w, *, copy=_copy, identity=_para_identity, compose=_then,
+def check_copy_coassociative(A, a, u, v, w, *, copy=_copy, identity=_para_identity, compose=then,
                              parallel=_parallel, atol=ATOL, rtol=RTOL):
     """copy ≫ (copy ⊗ id) = copy ≫ (id ⊗ copy) up to ((a, b), c) ≅ (a, (b, c)), forward and backward."""
     left = compose(copy(A), parallel(copy(A), identity(A)))
@@ -245,24 +233,22 @@ def check_copy_coassociative(A, a, u, v, w, *, copy=_copy, identity=_para_identi
 
 # -- reparameterisation, tying ---------------------------------------------------------------
 
-def _reparam(f, r):
-    return f.reparam(r)
 
 
 @_law
-def check_reparam_identity(f, a, p, b, *, reparam=_reparam, atol=ATOL, rtol=RTOL):
+def check_reparam_identity(f, a, p, b, *, reparam=reparam_along, atol=ATOL, rtol=RTOL):
     """Reparameterising along 1_P changes nothing: f.reparam(1_P) = f, forward and backward."""
     g = reparam(f, _smooth_identity(f.param))
-    _same(g.param, f.param, "parameter object of f.reparam(1)")
+    same(g.param, f.param, "parameter object of f.reparam(1)")
     _agree(_run(g, a, p, b), _run(f, a, p, b), ("f.reparam(1)", "f"), atol, rtol)
 
 
 @_law
-def check_reparam_composition(f, r1, r2, a, q, b, *, reparam=_reparam, compose=_then,
+def check_reparam_composition(f, r1, r2, a, q, b, *, reparam=reparam_along, compose=then,
                               atol=ATOL, rtol=RTOL):
     """f.reparam(r1).reparam(r2) = f.reparam(r2 ≫ r1); q' is p' pulled back through R[r1] then R[r2]."""
     twice, once = reparam(reparam(f, r1), r2), reparam(f, compose(r2, r1))
-    _same(twice.param, r2.dom, "parameter object of f.reparam(r1).reparam(r2)")
+    same(twice.param, r2.dom, "parameter object of f.reparam(r1).reparam(r2)")
     _agree(_run(twice, a, q, b), _run(once, a, q, b), ("twice", "once along r2 ≫ r1"), atol, rtol)
     # an independent derivation: the VJP of (a, q) ↦ f(a, r1(r2(q))) written out directly
     fwd, g1, g2 = f.forward, r1.fn, r2.fn
@@ -272,7 +258,7 @@ def check_reparam_composition(f, r1, r2, a, q, b, *, reparam=_reparam, compose=_
 
 
 @_law
-def check_tie_sums(f, g, a, p, c, *, tie=_tie, uses=_uses, compose=_then, atol=ATOL, rtol=RTOL):
+def check_tie_sums(f, g, a, p, c, *, tie=_tie, uses=_uses, compose=then, atol=ATOL, rtol=RTOL):
     """tie(f ≫ g, [0, 1]) at p is f ≫ g at (p, p), and its covector is the SUM p'_f + p'_g."""
     if len(f.parts) != 1 or len(g.parts) != 1 or f.param != g.param:
         raise AssertionError("check_tie_sums needs two single-slot lenses with one parameter object")
@@ -296,7 +282,7 @@ def check_store_equals_recompute(f, a, p, b, A=None, B=None, *, checkpoint=_chec
 
     With a batch (A, B') the batched traversals of the two are compared as well."""
     g = checkpoint(f)
-    _same((g.dom, g.cod, g.param), (f.dom, f.cod, f.param), "spaces of checkpoint(f) vs f")
+    same((g.dom, g.cod, g.param), (f.dom, f.cod, f.param), "spaces of checkpoint(f) vs f")
     _agree(_run(g, a, p, b), _run(f, a, p, b), ("checkpoint(f)", "f"), atol, rtol)
     if A is not None:
         _agree(_run(batched(g), A, p, B), _run(batched(f), A, p, B),

@@ -16,13 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
-from .drawing import picture
+from . import picture
 
 from categories.errors import KindError
 
-from .para_lens import Chain, ParaLens, need_lens, sequence_vjp
+from .inputs import need_lens
+from .para_lens import Chain, ParaLens, sequence_vjp
 
 tree_map = jax.tree_util.tree_map
 
@@ -42,19 +43,19 @@ def recomputing_vjp(inner: ParaLens, a, p, batched: bool, policy=None):
     """The recompute rule for one lens: keep (a, p) only; run inner's own forward and backward
     parts again (hand-written ones included) when the covector arrives."""
     if policy is not None:  # JAX's remat decides what is kept (its derivation of the forward)
-        return jax.vjp(jax.checkpoint(lambda a, p: inner._apply(a, p, batched), policy=policy), a, p)
+        return jax.vjp(jax.checkpoint(lambda a, p: inner.apply(a, p, batched), policy=policy), a, p)
 
     @jax.custom_vjp
     def f(a, p):
-        return inner._apply(a, p, batched)
+        return inner.apply(a, p, batched)
 
     def f_fwd(a, p):
-        return inner._apply(a, p, batched), (a, p)
+        return inner.apply(a, p, batched), (a, p)
 
     def f_bwd(res, bc):
         def again(args):
             a, p, bc = args
-            return inner._vjp(a, p, batched)[1](bc)
+            return inner.apply_vjp(a, p, batched)[1](bc)
 
         # Integer inputs (tokens, keys) have no covector: JAX's float0, which a conditional
         # cannot carry, so only the real covectors go through it and float0 is put back here.
@@ -120,10 +121,10 @@ class Checkpointed(ParaLens):
     def rebuild(self, children):
         return Checkpointed(children[0], self.policy, self._segments_arg)
 
-    def _apply(self, a, p, batched):
-        return self.lens._apply(a, p, batched)
+    def apply(self, a, p, batched):
+        return self.lens.apply(a, p, batched)
 
-    def _vjp(self, a, p, batched):
+    def apply_vjp(self, a, p, batched):
         if len(self._pieces) == 1:
             return recomputing_vjp(self.lens, a, p, batched, self.policy)
         steps = [(lambda a, q, piece=piece: recomputing_vjp(piece, a, q, batched, self.policy),
@@ -146,8 +147,8 @@ class Checkpointed(ParaLens):
     def sites(self):
         return self.lens.sites()
 
-    def _probe(self, a, p, deltas, inputs):
-        return self.lens._probe(a, p, deltas, inputs)
+    def probe(self, a, p, deltas, inputs):
+        return self.lens.probe(a, p, deltas, inputs)
 
     def init(self, key):
         return self.lens.init(key)

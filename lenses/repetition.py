@@ -9,7 +9,7 @@ the trace and compile time, has the size of one layer whatever n is.
 
 Backward parts: a layer whose backward part JAX derives is differentiated through the scan
 (JAX keeps each step's residuals and scans the pullback in reverse). A layer with a backward
-part of its own (hand-written, or a recompute rule inside) is run by its own `_vjp` in the
+part of its own (hand-written, or a recompute rule inside) is run by its own `apply_vjp` in the
 forward scan; the values its pullback reads are emitted per step, and the reverse scan runs
 that pullback on them. With `remat=True` only the value entering each copy is kept, and the
 reverse scan recomputes the copy's forward part before running its backward part (the
@@ -27,11 +27,12 @@ from jax import lax
 
 from categories import Positive, Product, R, Space, draws
 from categories.errors import SpaceMismatch
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
-from .drawing import picture
+from . import picture
 
-from .para_lens import ParaLens, need_lens
+from .inputs import need_lens
+from .para_lens import ParaLens
 
 tree_map = jax.tree_util.tree_map
 
@@ -116,17 +117,17 @@ class Repeat(ParaLens):
     def rebuild(self, children):
         return Repeat(children[0], self.n, self.remat)
 
-    def _apply(self, a, p, batched):
+    def apply(self, a, p, batched):
         layer = self.layer
 
         def body(x, q):
-            return layer._apply(x, q, batched), None
+            return layer.apply(x, q, batched), None
 
         return lax.scan(body, a, p, length=self.n)[0]
 
-    def _vjp(self, a, p, batched):
+    def apply_vjp(self, a, p, batched):
         if self.derives:  # JAX keeps each step's residuals and scans the pullback in reverse
-            return jax.vjp(lambda a, p: self._apply(a, p, batched), a, p)
+            return jax.vjp(lambda a, p: self.apply(a, p, batched), a, p)
         forward, backward = self._recompute(batched) if self.remat else self._keep(batched)
         b, residuals = lax.scan(forward, a, p, length=self.n)
         residuals = (residuals, p) if self.remat else residuals
@@ -137,12 +138,12 @@ class Repeat(ParaLens):
         return b, pullback
 
     def _keep(self, batched):
-        """Forward steps running the layer's own `_vjp`, emitting what each pullback reads, and
+        """Forward steps running the layer's own `apply_vjp`, emitting what each pullback reads, and
         the backward step running that pullback on it."""
         layer, box = self.layer, {}
 
         def forward(x, q):
-            y, pull = layer._vjp(x, q, batched)
+            y, pull = layer.apply_vjp(x, q, batched)
             # The pullback as a program plus the values it closes over: the traced values (this
             # step's residuals) leave the scan as per-step outputs; constants stay in the program.
             closed, out_shape = jax.make_jaxpr(pull, return_shape=True)(y)
@@ -165,10 +166,10 @@ class Repeat(ParaLens):
         layer = self.layer
 
         def forward(x, q):  # the parameters are kept already: emit only the input
-            return layer._apply(x, q, batched), x
+            return layer.apply(x, q, batched), x
 
         def backward(c, xq):
-            return layer._vjp(*xq, batched)[1](c)
+            return layer.apply_vjp(*xq, batched)[1](c)
 
         return forward, backward
 

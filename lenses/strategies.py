@@ -28,6 +28,7 @@ Requires `hypothesis` (a test extra).
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -42,7 +43,9 @@ from categories import strategies as cs
 from .layers import basic as layers
 from .lens import lens_of
 from .losses import binary_cross_entropy, half_squared_error, softmax_cross_entropy
-from .para_lens import Layer, ParaLens, tie
+from .layer import Layer
+from .para_lens import ParaLens
+from .slots import tie
 from .structure import add, copy
 from categories.errors import UnsupportedError
 
@@ -164,9 +167,7 @@ def architectures(draw, depth=(1, 6), widths=WIDTHS, activations=tuple(SMOOTH_AC
         if draw(st.booleans()):
             push(_activation_block(ws[i + 1], draw(st.sampled_from(activations))))
 
-    chain = parts[0]
-    for part in parts[1:]:
-        chain = chain >> part
+    chain = functools.reduce(operator.rshift, parts)
 
     def run(x, slots):  # slot by slot; a structural slot (copy, add) has no reference of its own
         for ref, s in zip(refs, slots):
@@ -261,7 +262,7 @@ def _leaf_spaces(space: Space) -> list:
 def _squash(space: Space):
     """A smooth map from R^shape onto a region well inside `space` (its constants made once)."""
     if isinstance(space, OpenBox):
-        lo, hi = space._bounds()
+        lo, hi = space.bounds()
         mid, half = jnp.asarray((lo + hi) / 2), jnp.asarray((hi - lo) * 0.45)
         return lambda x: mid + half * jnp.tanh(x)
     if isinstance(space, Positive):

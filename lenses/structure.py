@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from categories import R, Space
 
-from .para_lens import Layer, uses
+from .layer import Layer
+from .slots import uses
 
 
 def copy(A: Space) -> Layer:

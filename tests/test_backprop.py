@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from categories import R
 from categories import strategies as cs
-from lenses import (ParaLens, batch_loss, batched, binary_cross_entropy, checkpoint, dL,
+from lenses import (Layer, batch_loss, batched, binary_cross_entropy, checkpoint, dL,
                     half_squared_error)
 from lenses import laws
 from lenses import strategies as ls
@@ -98,7 +98,7 @@ def counting_chain(n=16, hand_written=()):
             return W.T @ d, jnp.outer(d, x)
 
         param = R(2, 2) if i % 2 == 0 else R(0)
-        return ParaLens(R(2), R(2), param, fwd, name=f"f{i}",
+        return Layer(R(2), R(2), param, fwd, name=f"f{i}",
                         backward=back if i in hand_written else None)
 
     parts = [make(i) for i in range(n)]

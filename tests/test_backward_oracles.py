@@ -27,7 +27,7 @@ from jax.flatten_util import ravel_pytree
 from categories import D, Covector, Linear, R, Smooth, Vector, pullback, unwrap
 from categories import laws as claws
 from categories import strategies as cs
-from lenses import (Constant, Diagonal, Metric, NonFiniteError, ParaLens, batched, dense,
+from lenses import (Constant, Diagonal, Metric, NonFiniteError, Layer, batched, dense,
                     epoch_order, fit, gd, half_squared_error, repeat, tanh, train_step)
 
 tree_map = jax.tree_util.tree_map
@@ -176,19 +176,19 @@ def test_a_known_transpose_is_used_and_dualises_back():
 
 def hand_dense(n_in, n_out):
     """x ↦ W x + b with a hand-written backward part."""
-    return ParaLens(R(n_in), R(n_out), R(n_out, n_in) * R(n_out), lambda x, Wb: Wb[0] @ x + Wb[1],
+    return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out), lambda x, Wb: Wb[0] @ x + Wb[1],
                     backward=lambda x, Wb, c: (Wb[0].T @ c, (jnp.outer(c, x), c)),
                     name=f"hand_dense({n_in}→{n_out})")
 
 
 def hand_tanh(n):
-    return ParaLens(R(n), R(n), R(0), lambda x, p: jnp.tanh(x),
+    return Layer(R(n), R(n), R(0), lambda x, p: jnp.tanh(x),
                     backward=lambda x, p, c: (c * (1.0 - jnp.tanh(x) ** 2), None), name="hand_tanh")
 
 
 def hand_sin_scale(n):
     """x ↦ s ⊙ sin x, parameters s ∈ R^n, hand-written backward part."""
-    return ParaLens(R(n), R(n), R(n), lambda x, s: s * jnp.sin(x),
+    return Layer(R(n), R(n), R(n), lambda x, s: s * jnp.sin(x),
                     backward=lambda x, s, c: (c * s * jnp.cos(x), c * jnp.sin(x)), name="hand_sin")
 
 
@@ -214,9 +214,9 @@ def par_direct(uv, ps):
     return jnp.tanh(Wl @ uv[0] + bl), jnp.tanh(Wr @ uv[1] + br)
 
 
-PRE = ParaLens(R(3) * R(3), R(3) * R(3), R(3) * R(3),
+PRE = Layer(R(3) * R(3), R(3) * R(3), R(3) * R(3),
                lambda uv, q: (jnp.sin(uv[0] + q[0]), uv[1] * q[1]), name="pre")
-MIX = ParaLens(R(3) * R(3), R(2), R(2, 3) * R(2, 3), lambda uv, M: M[0] @ uv[0] + M[1] @ uv[1],
+MIX = Layer(R(3) * R(3), R(2), R(2, 3) * R(2, 3), lambda uv, M: M[0] @ uv[0] + M[1] @ uv[1],
                name="mix")
 PAR_CHAIN = PRE >> PAR >> MIX
 # both sides derived: the parallel product's own pullback, inside a chain with a hand-written part

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from categories import R
-from lenses import ParaLens, check_backward, composition_rule, dense
+from lenses import Layer, check_backward, composition_rule, dense
 from lenses import strategies as ls
 from lenses.laws import assert_close
 
@@ -18,7 +18,7 @@ C = jnp.array([1.0, -2.0, 0.5])
 
 
 def dense_with(backward, n_in=3, n_out=3, name="hand-written dense"):
-    return ParaLens(R(n_in), R(n_out), R(n_out, n_in) * R(n_out), lambda x, Wb: Wb[0] @ x + Wb[1],
+    return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out), lambda x, Wb: Wb[0] @ x + Wb[1],
                     backward=backward, name=name)
 
 

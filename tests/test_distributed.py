@@ -28,10 +28,10 @@ FAULT_CASES = r'''
 def fault_cases(X, Y):
     import jax.numpy as jnp
     from categories import Positive, R
-    from lenses import ParaLens, dense, gd, half_squared_error, softmax_cross_entropy, tanh
+    from lenses import Layer, dense, gd, half_squared_error, softmax_cross_entropy, tanh
     mlp = dense(3, 8) >> tanh >> dense(8, 2)
     clf = dense(3, 8) >> tanh >> dense(8, 3)
-    scale = ParaLens(R(3), R(1), Positive(1), lambda x, s: s * x[:1], name="scale",
+    scale = Layer(R(3), R(1), Positive(1), lambda x, s: s * x[:1], name="scale",
                      init=lambda k: jnp.ones((1,)))
     p0, pc = mlp.init(jax.random.PRNGKey(0)), clf.init(jax.random.PRNGKey(0))
     nan_x = X.copy(); nan_x[9, 0] = np.nan

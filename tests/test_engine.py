@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from categories import Positive, R
-from lenses import (Fault, ParalensError, ParaLens, TrainState, adam, dense, epoch_order, fit, gd,
+from lenses import (Fault, ParalensError, Layer, TrainState, adam, dense, epoch_order, fit, gd,
                     half_squared_error, momentum, softmax_cross_entropy, tanh, train_step)
 
 LENSES = str(Path(__file__).resolve().parents[1] / "lenses")
@@ -80,7 +80,7 @@ def diverging_world():
 
 def open_set_world():
     """x ↦ s·x with s in Positive(1): targets far below push s out of its open set."""
-    model = ParaLens(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
+    model = Layer(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
                      init=lambda k: jnp.ones((1,)))
     ones = np.ones((4, 1), F32)
     batches = [(ones, 0.9 * ones), (ones, 1.1 * ones), (ones, 0.5 * ones), (ones, -30 * ones)]

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from categories import R
-from lenses import ParaLens, dense, fit, gd, half_squared_error, predict, sigmoid, train_step
+from lenses import Layer, dense, fit, gd, half_squared_error, predict, sigmoid, train_step
 from lenses.training.shared import shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def test_a_trained_model_is_freed_with_its_step_and_compiled_code():
 
 
 def scaled(c):
-    return ParaLens(R(2), R(1), R(1, 2), lambda a, p: c * (p @ a), name="scaled")
+    return Layer(R(2), R(1), R(1, 2), lambda a, p: c * (p @ a), name="scaled")
 
 
 def test_models_that_compute_alike_share_a_compilation_and_others_do_not():

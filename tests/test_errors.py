@@ -104,11 +104,12 @@ CASES = [
     (CovectorError, lambda: gd(0.1, metric=Euclidean())(P, P), r"steps on a Covector .* got tuple"),
     (CovectorError, lambda: gd(0.1, metric=Euclidean())(
         P, Covector(((jnp.ones((3, 2)), jnp.ones((3,))), None, (jnp.ones((2, 2)), jnp.ones((2,)))))),
-     r"the covector on slot 2 has a leaf of shape \(2, 2\) where the point has \(2, 3\)"),
+     r"the covector on slot 2\[0\] is not a point of R\^\{2×3\}: expected an array of shape "
+     r"\(2, 3\), got an array of shape \(2, 2\)"),
     (CovectorError, lambda: Euclidean().sharp(P, Vector(P)), r"Euclidean\(\).sharp takes a covector, got a Vector"),
     (CovectorError, lambda: MODEL.backward(jnp.ones(2), P, Covector(jnp.ones(3))),
-     r"the covector given to the backward part of .* is not a covector on R\^2: its value should "
-     r"have shape \(2,\), got an array of shape \(3,\)"),
+     r"the covector given to the backward part of .* is not a covector on R\^2: its value is not "
+     r"a point of R\^2: expected an array of shape \(2,\), got an array of shape \(3,\)"),
     (HyperparameterError, lambda: fit(MODEL, half_squared_error, gd(0.1), P, (X, Y), batch_size=0),
      r"batch_size must be an integer ≥ 1, got 0"),
     (HyperparameterError, lambda: fit(MODEL, half_squared_error, gd(0.1), P, (X, Y), epochs=-3),

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from categories import Covector, DomainError, Positive, R, draws
-from lenses import (NonFiniteError, ParaLens, adam, dense, gd, half_squared_error, momentum,
+from lenses import (NonFiniteError, Layer, adam, dense, gd, half_squared_error, momentum,
                     tanh, train_step)
 
 
 def scale_layer():
     """x ↦ s·x with a variance-like parameter s ∈ Positive(1)."""
-    return ParaLens(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
+    return Layer(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
                     init=lambda k: jnp.ones((1,)))
 
 

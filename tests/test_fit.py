@@ -16,7 +16,7 @@ import pytest
 
 from categories import DomainError, Positive, R, draws
 from lenses import (CheckpointMismatch, Checkpoints, FitProgress, HyperparameterError, KindError,
-                    NonFiniteError, ParaLens, ShapeError, accuracy, adam, dense, epoch_order, fit,
+                    Layer, NonFiniteError, ShapeError, accuracy, adam, dense, epoch_order, fit,
                     gd, half_squared_error, momentum, softmax_cross_entropy, tanh, train_step)
 
 MODEL = dense(3, 5) >> tanh >> dense(5, 2)
@@ -126,7 +126,7 @@ def test_a_nan_in_batch_7_stops_fit_naming_step_7_with_the_state_after_step_6(di
 
 
 def _scale():
-    return ParaLens(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
+    return Layer(R(1), R(1), Positive(1), lambda x, s: s * x, name="scale",
                     init=lambda k: jnp.ones((1,)))
 
 
@@ -175,7 +175,7 @@ def test_fit_with_eval_data_compiles_once_not_per_epoch():
         traces.append(1)  # runs only while something is being traced
         return Wb[0] @ x + Wb[1]
 
-    model = ParaLens(R(3), R(2), R(2, 3) * R(2), counted, name="counted",
+    model = Layer(R(3), R(2), R(2, 3) * R(2), counted, name="counted",
                      init=lambda k: (jax.random.normal(k, (2, 3)), jnp.zeros((2,))))
     p = model.init(jax.random.PRNGKey(0))
     fit(model, half_squared_error, gd(0.1), p, (X, Y), epochs=1, batch_size=BATCH, key=KEY,

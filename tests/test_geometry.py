@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from categories import Covector, DomainError, OpenBall, OpenBox, Positive, Product, R, Vector
 from categories.linear import pairing
-from lenses import (BoxBarrier, InteriorMetric, LogBarrier, LossFamily, ParaLens, Poincare, adagrad,
+from lenses import (BoxBarrier, InteriorMetric, LogBarrier, LossFamily, Layer, Poincare, adagrad,
                     adam, from_optax, gd, half_squared_error, momentum, nesterov, sharp, train_step)
 
 jax.config.update("jax_enable_x64", True)
@@ -283,7 +283,7 @@ class GaussianNLL(LossFamily):
 
 def _variances():
     """The model of the data: its variances v ∈ Positive(3) (the input is a constant 1)."""
-    return ParaLens(R(1), R(3), Positive(3), lambda x, v: v * x, name="variances",
+    return Layer(R(1), R(3), Positive(3), lambda x, v: v * x, name="variances",
                     init=lambda k: jnp.ones((3,)))
 
 
@@ -309,7 +309,7 @@ def test_training_in_positive_refuses_no_step_where_euclidean_steps_are_refused(
 
 def _scales():
     """x ↦ s ⊙ x with s ∈ Positive(3): per-coordinate gains."""
-    return ParaLens(R(3), R(3), Positive(3), lambda x, s: s * x, name="gain",
+    return Layer(R(3), R(3), Positive(3), lambda x, s: s * x, name="gain",
                     init=lambda k: jnp.ones((3,)))
 
 

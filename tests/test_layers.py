@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from categories import R
-from lenses import (ParaLens, avg_pool, bias, binary_cross_entropy, conv2d, dL, dense, flatten,
+from lenses import (Layer, avg_pool, bias, binary_cross_entropy, conv2d, dL, dense, flatten,
                     half_squared_error, linear, max_pool, relu, sigmoid, softmax_cross_entropy, tanh,
                     tie)
 from lenses.laws import assert_close
@@ -165,10 +165,10 @@ def test_composition_errors_name_both_lenses_and_spaces():
 
 def test_a_forward_part_of_the_wrong_shape_is_reported_at_construction():
     with pytest.raises(TypeError, match="my_layer.*R\\^3") as e:
-        ParaLens(R(2), R(3), R(0), lambda x, p: x, name="my_layer")
+        Layer(R(2), R(3), R(0), lambda x, p: x, name="my_layer")
     assert "(2,)" in str(e.value)
     with pytest.raises(TypeError, match="other_layer"):
-        ParaLens(R(2), R(2), R(3), lambda x, p: p @ x, name="other_layer")  # fails on its domain
+        Layer(R(2), R(2), R(3), lambda x, p: p @ x, name="other_layer")  # fails on its domain
 
 
 def test_families_in_parallel_are_a_family_until_fixed():

@@ -219,17 +219,17 @@ import numpy as np
 from jax.sharding import Mesh
 from categories import OpenBall, OpenBox, Positive, R, draws
 from lenses import (KFAC, BoxBarrier, Diagonal, Fisher, GaussNewton, InteriorMetric, Layout,
-                    LogBarrier, ParaLens, Poincare, adam, dense, gd, half_squared_error, tanh,
+                    LogBarrier, Layer, Poincare, adam, dense, gd, half_squared_error, tanh,
                     train_step)
 
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
 mlp = dense(4, 8) >> tanh >> dense(8, 4)
 # a slot of each open set a geometry metric knows, each of 8 coordinates (split over 4)
-scale = ParaLens(R(8), R(8), Positive(8), lambda x, s: s * x, name="scale",
+scale = Layer(R(8), R(8), Positive(8), lambda x, s: s * x, name="scale",
                  init=lambda k: jnp.ones(8))
-ball = ParaLens(R(8), R(8), OpenBall(np.zeros(8), 1.0), lambda x, c: x + c, name="ball",
+ball = Layer(R(8), R(8), OpenBall(np.zeros(8), 1.0), lambda x, c: x + c, name="ball",
                 init=lambda k: jnp.full(8, 0.1))
-box = ParaLens(R(8), R(8), OpenBox(-np.ones(8), np.ones(8)), lambda x, b: x * b, name="box",
+box = Layer(R(8), R(8), OpenBox(-np.ones(8), np.ones(8)), lambda x, b: x * b, name="box",
                init=lambda k: jnp.full(8, 0.5))
 geo = dense(4, 8) >> scale >> tanh >> ball >> box >> dense(8, 4)
 X = np.asarray(draws.normal(jax.random.PRNGKey(1), (16, 4)))

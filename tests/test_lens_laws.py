@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from categories import R, Smooth
 from categories import strategies as cs
-from lenses import ParaLens, checkpoint, dense, tanh
+from lenses import Layer, checkpoint, dense, tanh
 from lenses import laws
 from lenses import strategies as ls
 
@@ -151,12 +151,12 @@ Wb = (jnp.array([[1.0, -0.5, 0.2], [0.3, 0.8, -1.0], [0.0, 0.4, 0.6]]), jnp.arra
 
 def with_backward(h, backward, name):
     """h's forward part with a hand-written (here: wrong) backward part."""
-    return ParaLens(h.dom, h.cod, h.param, h.forward, backward=backward, name=name)
+    return Layer(h.dom, h.cod, h.param, h.forward, backward=backward, name=name)
 
 
 def test_a_copy_that_does_not_add_breaks_the_law():
     def keeps_first(A):
-        return ParaLens(A, A * A, R(0), lambda x, p: (x, x), backward=lambda x, p, c: (c[0], None),
+        return Layer(A, A * A, R(0), lambda x, p: (x, x), backward=lambda x, p, c: (c[0], None),
                         name="copy")
 
     with pytest.raises(AssertionError, match="check_copy_backward_adds"):

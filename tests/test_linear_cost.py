@@ -14,7 +14,7 @@ import pytest
 from jax.extend.core import jaxprs_in_params
 
 from categories import Product, R, draws
-from lenses import (ParaLens, batch_loss, batched, checkpoint, dense, dL, half_squared_error,
+from lenses import (Layer, batch_loss, batched, checkpoint, dense, dL, half_squared_error,
                     repeat, tanh)
 
 WIDTH, BATCH = 4, 3
@@ -46,13 +46,13 @@ def counted(calls):
         calls.append(1)
         return jnp.tanh(x) * b
 
-    return dense(WIDTH, WIDTH) >> ParaLens(R(WIDTH), R(WIDTH), R(WIDTH), fwd, name="counted",
+    return dense(WIDTH, WIDTH) >> Layer(R(WIDTH), R(WIDTH), R(WIDTH), fwd, name="counted",
                                            init=lambda k: jnp.ones((WIDTH,)), check=False)
 
 
 def hand_written():
     """A layer with a backward part of its own: chains of these take the per-component path."""
-    return dense(WIDTH, WIDTH) >> ParaLens(
+    return dense(WIDTH, WIDTH) >> Layer(
         R(WIDTH), R(WIDTH), R(0), lambda x, p: jnp.sin(x), name="sin",
         backward=lambda x, p, c: (c * jnp.cos(x), None))
 
@@ -113,7 +113,7 @@ def test_the_check_catches_a_program_that_reruns_every_prefix():
                 total = total + h
             return total
         P = tuple(R(WIDTH, WIDTH) for _ in range(n))
-        return ParaLens(R(WIDTH), R(WIDTH), Product(*P), fwd, name="prefixes", check=False)
+        return Layer(R(WIDTH), R(WIDTH), Product(*P), fwd, name="prefixes", check=False)
 
     depths = (4, 8, 16)
     growth = per_layer_growth([program_size(prefixes(n)) for n in depths], depths)
@@ -140,7 +140,7 @@ def plain_chain(x, Ws, bs, c):
 
 def sine_scaled(c):
     """x ↦ sin(x)·c with a hand-written backward part (so recomputation must re-run it)."""
-    return ParaLens(R(WIDTH), R(WIDTH), R(0), lambda x, p: jnp.sin(x) * c, name="sin·c",
+    return Layer(R(WIDTH), R(WIDTH), R(0), lambda x, p: jnp.sin(x) * c, name="sin·c",
                     backward=lambda x, p, g: (g * jnp.cos(x) * c, None))
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from categories import Covector, R, Vector
 from categories.linear import unwrap
-from lenses import (KFAC, Context, Fisher, GaussNewton, Metric, ParaLens, batch_loss,
+from lenses import (KFAC, Context, Fisher, GaussNewton, Metric, Layer, batch_loss,
                     binary_cross_entropy, dense, gd, half_squared_error, output_fisher,
                     softmax_cross_entropy, tanh, train_step)
 from lenses.losses import LossFamily, SoftmaxCrossEntropy, loss_family
@@ -288,7 +288,7 @@ def test_a_fresh_partial_of_a_built_in_family_does_not_recompile():
         traces.append(1)  # the model runs in python only while being traced
         return p[0] @ x + p[1]
 
-    model = ParaLens(R(3), R(2), R(2, 3) * R(2), forward, name="affine")
+    model = Layer(R(3), R(2), R(2, 3) * R(2), forward, name="affine")
     rng, X, _ = data(7)
     Y = rng.integers(0, 2, 12)
     p = (jnp.asarray(rng.normal(size=(2, 3))), jnp.asarray(rng.normal(size=2)))

@@ -16,7 +16,7 @@ import scipy.linalg
 from hypothesis import assume, given, settings, strategies as st
 
 from categories import Covector, R, Smooth
-from lenses import (KFAC, Context, Euclidean, Fisher, GaussNewton, ParaLens,
+from lenses import (KFAC, Context, Euclidean, Fisher, GaussNewton, Layer,
                     binary_cross_entropy, dense, half_squared_error, identity,
                     softmax_cross_entropy, tanh)
 from lenses.inner_products.metrics import ravel
@@ -114,7 +114,7 @@ def flat(tree):
 
 K = 3 * 3 + 3 + 3 * 3 + 3  # a 3 → 3 → 3 tanh network on a flat parameter vector R^K
 NET = plain_net((3, 3, 3))
-BASE = ParaLens(R(3), R(3), R(K), lambda x, theta: NET(theta, x), name="mlp")
+BASE = Layer(R(3), R(3), R(K), lambda x, theta: NET(theta, x), name="mlp")
 N_INV = 40  # 40 examples × 3 outputs > K parameters: the metrics have full rank
 # (not softmax cross-entropy: adding one number to every logit leaves the categorical
 # distribution unchanged, so its Fisher is singular along those directions of W_2 and b_2)

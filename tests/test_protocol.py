@@ -41,11 +41,11 @@ class Scaled(ParaLens):
     def rebuild(self, children):
         return Scaled(children[0], self.c)
 
-    def _apply(self, a, p, batched):
-        return self.c * self.children[0]._apply(a, p, batched)
+    def apply(self, a, p, batched):
+        return self.c * self.children[0].apply(a, p, batched)
 
-    def _vjp(self, a, p, batched):
-        b, pull = self.children[0]._vjp(a, p, batched)
+    def apply_vjp(self, a, p, batched):
+        b, pull = self.children[0].apply_vjp(a, p, batched)
         return self.c * b, lambda bc: pull(self.c * bc)
 
     def uses(self):
@@ -213,7 +213,7 @@ def _kfac_data(model, n=12):
 
 
 def test_kfac_refuses_a_layer_that_declares_no_affine_structure():
-    weird = ParaLens(R(3), R(2), R(2, 3) * R(2), lambda x, Wb: jnp.sin(Wb[0]) @ x + Wb[1] ** 2,
+    weird = Layer(R(3), R(2), R(2, 3) * R(2), lambda x, Wb: jnp.sin(Wb[0]) @ x + Wb[1] ** 2,
                      name="sin(W)x+b²")
     model = dense(4, 3) >> tanh >> weird
     p = model.init(jax.random.PRNGKey(0))
@@ -229,7 +229,7 @@ def test_kfac_refuses_a_layer_that_declares_no_affine_structure():
 
 
 def test_kfac_uses_the_block_a_layer_declares_and_finds_it_inside_combinators():
-    mine = ParaLens(R(3), R(2), R(2, 3) * R(2), lambda x, Wb: Wb[0] @ x + Wb[1], name="mine",
+    mine = Layer(R(3), R(2), R(2, 3) * R(2), lambda x, Wb: Wb[0] @ x + Wb[1], name="mine",
                     structure=Affine(bias=True))
     plain = dense(4, 3) >> tanh >> dense(3, 2)
     declared = dense(4, 3) >> tanh >> mine

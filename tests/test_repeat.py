@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from categories import DomainError, OpenBox, Positive, Product, R, draws
-from lenses import (ParaLens, batched, checkpoint, dense, gd, repeat, stacked, tanh, train_step,
+from lenses import (Layer, batched, checkpoint, dense, gd, repeat, stacked, tanh, train_step,
                     half_squared_error)
 from lenses import Stacked
 
@@ -90,7 +90,7 @@ def test_forward_equals_the_plain_function_also_under_jit():
 
 def hand_written(n):
     """x ↦ sin(x)·b with its backward part written by hand (so the reverse scan is ours)."""
-    return ParaLens(R(n), R(n), R(n), lambda x, b: jnp.sin(x) * b, name="sinb",
+    return Layer(R(n), R(n), R(n), lambda x, b: jnp.sin(x) * b, name="sinb",
                     backward=lambda x, b, c: (c * jnp.cos(x) * b, c * jnp.sin(x)),
                     init=lambda k: 1.0 + 0.1 * jax.random.normal(k, (n,)))
 

@@ -19,7 +19,7 @@ import pytest
 
 from categories import Covector, R, Vector, draws
 from categories.linear import unwrap
-from lenses import (KFAC, Context, Diagonal, GaussNewton, Metric, ParaLens, TrainState, adam,
+from lenses import (KFAC, Context, Diagonal, GaussNewton, Layer, Metric, TrainState, adam,
                     conv2d, dense, fit, flatten, from_optax, gd, half_squared_error, momentum,
                     nesterov, sigmoid, softmax_cross_entropy, tanh, train_step)
 
@@ -41,7 +41,7 @@ def counting_model():
         traces.append(1)  # runs only while something is traced
         return Wb[0] @ x + Wb[1]
 
-    model = ParaLens(R(3), R(2), R(2, 3) * R(2), forward, name="counted",
+    model = Layer(R(3), R(2), R(2, 3) * R(2), forward, name="counted",
                      init=lambda k: (jax.random.normal(k, (2, 3)), jnp.zeros((2,))))
     return model, traces
 

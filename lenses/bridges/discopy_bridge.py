@@ -26,10 +26,10 @@ import re
 import tempfile
 from functools import reduce
 
-from categories import Product
+from categories import Product, Space
 from categories.errors import KindError, MissingExtraError
 
-from ..drawing import picture
+from .. import picture
 
 #: the `data` of the state that feeds a parameter wire (tells it apart from a layer's box)
 PARAMETER = "parameter"
@@ -95,7 +95,7 @@ def _translate(pic, m):
         return m.Diagram.merge(cod, 2)
     if isinstance(pic, picture.Dot) and pic.kind == "discard":
         return m.Diagram.discard(dom)
-    param = getattr(pic, "param", None)
+    param = pic.param
     if param is None or param.size == 0:
         return m.Box(pic.name, dom, cod)
     return _fed(m, m.Box(pic.name, m.Ty(repr(param)) @ dom, cod), param, dom)
@@ -112,7 +112,7 @@ def to_discopy(lens):
         >>> d == to_discopy(dense(2, 3)) >> to_discopy(tanh.at(R(3)))
         True
     """
-    if not callable(getattr(lens, "picture", None)):
+    if not isinstance(lens, picture.Drawable):
         raise KindError(f"to_discopy needs a lens (e.g. dense(2, 3)), got {type(lens).__name__}")
     if not lens.is_fixed():
         lens.fixed("to_discopy")  # a family says how to fix it
@@ -147,13 +147,12 @@ def _math(name: str) -> str:
 def _spaces(pic, found: dict) -> dict:
     """Every space a picture's wires are labelled with (as `to_discopy` labels them: `repr`),
     with its LaTeX (`Space.latex`)."""
-    for attr in ("dom", "cod", "param"):
-        space = getattr(pic, attr, None)
-        if space is not None and hasattr(space, "latex"):
+    for space in (pic.dom, pic.cod, pic.param):
+        if isinstance(space, Space):
             found[repr(space)] = space.latex()
-            for factor in getattr(space, "factors", ()):
+            for factor in space.factors if isinstance(space, Product) else ():
                 _spaces(picture.Boxed("", factor, None), found)
-    for inner in (getattr(pic, "inner", None), *getattr(pic, "parts", ())):
+    for inner in (pic.inner, *pic.parts):
         if inner is not None:
             _spaces(inner, found)
     return found

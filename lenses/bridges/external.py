@@ -25,8 +25,10 @@ import jax.numpy as jnp
 from categories import Product, R, Space
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
-from ..para_lens import Affine, Layer, ParaLens, Site
-from ..drawing import picture
+from ..layer import Layer
+from ..para_lens import ParaLens
+from ..sites import Affine, Site
+from .. import picture
 
 
 def _space(x, who: str) -> Space:
@@ -113,7 +115,7 @@ class Wrapped(ParaLens):
         return self._assemble(self.tree(p)) if self._assemble else self.tree(p)
 
     # -- the protocol ---------------------------------------------------------------------
-    def _apply(self, a, p, batched):
+    def apply(self, a, p, batched):
         f = lambda a: self._call(self.tree(p), a)  # noqa: E731 - per example
         return jax.vmap(f)(a) if batched else f(a)
 
@@ -128,9 +130,9 @@ class Wrapped(ParaLens):
         return tuple(Site(self._views[u], (u,), self._views[u].structure) if u in self._views
                      else Site(self, (u,)) for u in range(len(self.units)))
 
-    def _probe(self, a, p, deltas, inputs):
+    def probe(self, a, p, deltas, inputs):
         if not self._declared:
-            return self._apply(a, p, False)
+            return self.apply(a, p, False)
         order = sorted(self._declared)
         shift, seen = {u: next(deltas) for u in order}, {}
 
@@ -352,9 +354,9 @@ def to_equinox(lens: Wrapped, p):
 
 
 def _back(lens, p, framework: str, who: str):
-    if getattr(lens, "framework", None) != framework:
+    if not isinstance(lens, Wrapped) or lens.framework != framework:
         raise KindError(f"{who} needs a lens made by from_{framework}, got "
-                        f"{getattr(lens, 'name', type(lens).__name__)}")
+                        f"{lens.name if isinstance(lens, ParaLens) else type(lens).__name__}")
     lens.param.check(p, f"the parameter of {lens.name}")
     return lens.module(p)
 

@@ -5,7 +5,7 @@
 - `draw(lens, ax=None, backward=False)`: the same string diagram as a matplotlib figure.
 - `svg(lens)`: that figure as SVG text (what a lens shows in a notebook, `_repr_svg_`).
 
-Every kind of lens gives its piece of the picture (`lens.picture()`, a `lenses.drawing.picture`
+Every kind of lens gives its piece of the picture (`lens.picture()`, a `lenses.picture`
 term); both renderings come from one layout of that term on an integer grid: a chain goes
 left to right, a parallel product is stacked, a reparameterisation, a checkpoint or a
 `repeat` is a dashed frame, `copy`/`add`/`discard` are nodes (copies are explicit), every
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from categories import Product
 
-from . import picture
+from .. import picture
 from categories.errors import UnsupportedError
 
 # -- expressions ------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def _piece(pic: picture.Picture) -> Layout:
         return _box(pic.name, _wire_labels(pic.dom), _wire_labels(pic.cod),
                     repr(pic.param) if _has_params(pic.param) else None)
     raise UnsupportedError(f"no layout for the picture term {type(pic).__name__}: a lens's "
-                           f"picture() is built from lenses.drawing.picture's terms")
+                           f"picture() is built from lenses.picture's terms")
 
 
 def layout(lens) -> Layout:
@@ -449,6 +449,9 @@ def svg(lens, fontsize: float = 9.0) -> str:
     out = io.StringIO()
     fig.savefig(out, format="svg")
     return out.getvalue()
+
+
+picture.register_svg(svg)  # how every lens shows itself in a notebook (`_repr_svg_`)
 
 
 def _math(label: str) -> str:

@@ -82,7 +82,7 @@ class _Ball:
 
     @staticmethod
     def _cr(S, x):
-        return jnp.asarray(S._center(), x.dtype), jnp.asarray(S.radius, x.dtype)
+        return jnp.asarray(S.center_array(), x.dtype), jnp.asarray(S.radius, x.dtype)
 
     @classmethod
     def conformal(cls, S, x):
@@ -142,7 +142,7 @@ class _Box:
 
     @staticmethod
     def _ab(S, x):
-        lo, hi = S._bounds()
+        lo, hi = S.bounds()
         return jnp.asarray(lo, x.dtype), jnp.asarray(hi, x.dtype)
 
     @classmethod

@@ -20,7 +20,8 @@ from ..losses import loss_family
 from .metrics import covector_value, ravel
 from .natural import (Fisher, GaussNewton, _DataMetric, _data, _loss_hvp, _out_matrix, _space,
                       output_fisher)
-from ..para_lens import Affine, at_path, batched
+from ..batched import batched
+from ..sites import Affine, at_path
 
 tree_map = jax.tree_util.tree_map
 
@@ -329,11 +330,11 @@ class KFAC(_DataMetric):
         key = jax.random.PRNGKey(self.seed) if key is None else key
 
         def one(x, y, k):
-            # Perturb each factored layer's output by δ_l (`_probe`); the Jacobian in δ_l at 0
+            # Perturb each factored layer's output by δ_l (`probe`); the Jacobian in δ_l at 0
             # is B_l, so one reverse sweep per output coordinate gives every layer's B at once.
             def run(deltas):
                 inputs = []
-                z = model._probe(x, p, iter(deltas), inputs)
+                z = model.probe(x, p, iter(deltas), inputs)
                 return ravel(z), (z, inputs)
 
             zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]

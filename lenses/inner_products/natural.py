@@ -39,7 +39,7 @@ from categories.linear import unwrap
 
 from ..losses import dL, loss_family
 from .metrics import Context, Metric, covector_value, ravel, unflatten_like
-from ..para_lens import batched
+from ..batched import batched
 from categories.errors import HyperparameterError, KindError, MetricError
 
 tree_map = jax.tree_util.tree_map

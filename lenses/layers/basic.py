@@ -17,19 +17,22 @@ from jax import lax
 
 from categories import R, Space, draws
 from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
 from ..families import LensFamily, family
-from ..para_lens import Affine, Layer, need_lens
+from ..inputs import need_lens
+from ..layer import Layer
+from ..sites import Affine
 from ..structure import add, copy
 
 
-def _normal(key, shape, fan_in):
-    # LeCun normal: keeps the variance of W x near that of x for unit-variance inputs.
+def lecun_normal(key, shape, fan_in):
+    """A draw of N(0, 1/fan_in) (LeCun's normal): keeps the variance of W x near that of x
+    for unit-variance inputs."""
     return draws.normal(key, shape) / math.sqrt(max(fan_in, 1))
 
 
-def _sizes(layer: str, **sizes) -> list:
+def layer_sizes(layer: str, **sizes) -> list:
     """The sizes as Python ints if each is a positive integer (numpy's welcome), else a
     `DimensionError` naming the layer, the argument and the value."""
     return [dimension(v, f"{layer}: {k}", least=1) for k, v in sizes.items()]
@@ -62,10 +65,10 @@ def linear(n_in: int, n_out: int) -> Layer:
         >>> linear(2, 2)(jnp.array([1.0, 1.0]), W).tolist()
         [3.0, 7.0]
     """
-    n_in, n_out = _sizes("linear", n_in=n_in, n_out=n_out)
+    n_in, n_out = layer_sizes("linear", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in), lambda x, W: W @ x,
                  name=f"linear({n_in}→{n_out})", structure=Affine(bias=False),
-                 init=lambda k: _normal(k, (n_out, n_in), n_in))
+                 init=lambda k: lecun_normal(k, (n_out, n_in), n_in))
 
 
 def bias(n: int) -> Layer:
@@ -78,7 +81,7 @@ def bias(n: int) -> Layer:
         >>> b(jnp.array([1.0, 2.0]), jnp.array([0.5, 0.5])).tolist()
         [1.5, 2.5]
     """
-    (n,) = _sizes("bias", n=n)
+    (n,) = layer_sizes("bias", n=n)
     return Layer(R(n), R(n), R(n), lambda x, b: x + b, name=f"bias({n})",
                  init=lambda k: jnp.zeros((n,)))
 
@@ -96,11 +99,11 @@ def dense(n_in: int, n_out: int) -> Layer:
         >>> np.allclose(layer(jnp.ones(2), (W, b)), W @ jnp.ones(2) + b)
         True
     """
-    n_in, n_out = _sizes("dense", n_in=n_in, n_out=n_out)
+    n_in, n_out = layer_sizes("dense", n_in=n_in, n_out=n_out)
     return Layer(R(n_in), R(n_out), R(n_out, n_in) * R(n_out),
                  lambda x, Wb: Wb[0] @ x + Wb[1], name=f"dense({n_in}→{n_out})",
                  structure=Affine(bias=True),
-                 init=lambda k: (_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
+                 init=lambda k: (lecun_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
 
 
 def _elementwise(name: str, g, smooth=True) -> LensFamily:
@@ -166,7 +169,7 @@ def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID
         >>> conv
         conv2d(1→4, 3×3) : R^{1×8×8} → R^{4×6×6}, params R^{4×1×3×3}×R^4
     """
-    in_channels, out_channels = _sizes("conv2d", in_channels=in_channels,
+    in_channels, out_channels = layer_sizes("conv2d", in_channels=in_channels,
                                        out_channels=out_channels)
     kernel = _tuple_of("conv2d", "kernel", kernel, 1)
     stride = _tuple_of("conv2d", "stride", stride, 1)
@@ -192,7 +195,7 @@ def conv2d(in_channels: int, out_channels: int, kernel, stride=1, padding="VALID
                              (jax.ShapeDtypeStruct(P.factors[0].shape, jnp.float32),
                               jax.ShapeDtypeStruct((out_channels,), jnp.float32)))
         return Layer(A, R(*out.shape), P, fwd, name=f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})",
-                     init=lambda k: (_normal(k, P.factors[0].shape, fan_in), jnp.zeros((out_channels,))))
+                     init=lambda k: (lecun_normal(k, P.factors[0].shape, fan_in), jnp.zeros((out_channels,))))
 
     return family(make, f"conv2d({in_channels}→{out_channels}, {kernel[0]}×{kernel[1]})")
 

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Product, R, Space, draws
-from categories.spaces import dimension
+from categories.dimensions import dimension
 
 from ..families import LensFamily, family
-from .basic import _sizes
-from ..para_lens import Layer
+from .basic import layer_sizes
+from ..layer import Layer
 from categories.errors import HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
@@ -54,7 +54,7 @@ class Tokens(Space):
 
     shape: tuple
     vocab: int = 0
-    discrete = True  # not a dataclass field: integer points keep their dtype (`as_real`)
+    discrete = True  # integer points keep their dtype (`as_real`)
 
     def __init__(self, T: int, vocab: int):
         T = dimension(T, "Tokens: T", 1)
@@ -85,7 +85,7 @@ class Keys(Space):
     """
 
     shape: tuple
-    discrete = True  # not a dataclass field: a key is never rounded to a float (`as_real`)
+    discrete = True  # a key is never rounded to a float (`as_real`)
 
     def __init__(self):
         object.__setattr__(self, "shape", KEY_SHAPE)
@@ -109,7 +109,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
         >>> emb(jnp.array([1, 2, 3, 4]), emb.init(jax.random.PRNGKey(0))).shape
         (4, 3)
     """
-    vocab, d = _sizes("embedding", vocab=vocab, d=d)
+    vocab, d = layer_sizes("embedding", vocab=vocab, d=d)
     name = f"embedding({vocab}→{d})"
 
     def fwd(x, E):
@@ -118,7 +118,7 @@ def embedding(vocab: int, d: int) -> LensFamily:
         return jnp.take(E, idx, axis=1).T
 
     def make(A: Space) -> Layer:
-        if getattr(A, "vocab", None) != vocab or len(A.shape) != 1:
+        if not isinstance(A, Tokens) or A.vocab != vocab:
             raise SpaceMismatch(f"{name} needs token sequences Tokens(T, {vocab}), got {A!r}: "
                             f"fix it with {name}.at(Tokens(T, {vocab}))")
         return Layer(A, R(A.shape[0], d), R(d, vocab), fwd, name=name,
@@ -156,18 +156,16 @@ def dropout(rate: float) -> LensFamily:
         if not isinstance(AK, Product) or len(AK.factors) != 2 or AK.factors[1] != Keys():
             raise SpaceMismatch(f"{name} needs a domain A × Keys (the key on a wire of its own), got {AK!r}")
         A = AK.factors[0]
-        lens = Layer(AK, A, R(0), fwd, name=name)
         # its evaluation form, read by `evaluation` (a dropout is the identity there)
-        lens.at_evaluation = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")  # type: ignore[attr-defined]  # set here
-        return lens
+        identity = Layer(AK, A, R(0), lambda xk, p: xk[0], name=f"{name}, evaluation")
+        return Layer(AK, A, R(0), fwd, name=name, at_evaluation=identity)
 
     return family(make, name)
 
 
 def _evaluation(lens):
-    swap = getattr(lens, "at_evaluation", None)  # what a layer declares it is at evaluation
-    if swap is not None:
-        return swap
+    if lens.at_evaluation is not None:  # what a layer declares it is at evaluation
+        return lens.at_evaluation
     if not lens.children:
         return lens
     return lens.rebuild(tuple(_evaluation(c) for c in lens.children))

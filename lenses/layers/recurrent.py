@@ -31,8 +31,10 @@ import jax.numpy as jnp
 from categories import Product, R, Smooth, Space, draws
 
 from ..families import LensFamily, family
-from .basic import _normal, _sizes, identity
-from ..para_lens import Layer, Reparam, at_path
+from .basic import identity, layer_sizes, lecun_normal
+from ..layer import Layer
+from ..para_lens import Reparam
+from ..sites import at_path
 from ..repetition import repeat, stacked
 from ..structure import copy
 from categories.errors import SpaceMismatch
@@ -53,14 +55,14 @@ def rnn_cell(n_in: int, n_hidden: int) -> Layer:
         >>> cell((jnp.ones(3), jnp.zeros(4)), cell.init(jax.random.PRNGKey(0))).shape
         (4,)
     """
-    n_in, n_hidden = _sizes("rnn_cell", n_in=n_in, n_hidden=n_hidden)
+    n_in, n_hidden = layer_sizes("rnn_cell", n_in=n_in, n_hidden=n_hidden)
     def fwd(xh, p):
         (x, h), (W, U, b) = xh, p
         return jnp.tanh(W @ x + U @ h + b)
 
     def init(k):
         k1, k2 = draws.split(k, 2)
-        return (_normal(k1, (n_hidden, n_in), n_in), _normal(k2, (n_hidden, n_hidden), n_hidden),
+        return (lecun_normal(k1, (n_hidden, n_in), n_in), lecun_normal(k2, (n_hidden, n_hidden), n_hidden),
                 jnp.zeros((n_hidden,)))
 
     return Layer(R(n_in) * R(n_hidden), R(n_hidden),
@@ -78,7 +80,7 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
         >>> [leaf.shape for leaf in cell.init(jax.random.PRNGKey(0))]
         [(12, 3), (12, 4), (12,), (12,)]
     """
-    n_in, n_hidden = _sizes("gru_cell", n_in=n_in, n_hidden=n_hidden)
+    n_in, n_hidden = layer_sizes("gru_cell", n_in=n_in, n_hidden=n_hidden)
     m = n_hidden
 
     def fwd(xh, p):
@@ -91,7 +93,7 @@ def gru_cell(n_in: int, n_hidden: int) -> Layer:
 
     def init(k):
         k1, k2 = draws.split(k, 2)
-        return (_normal(k1, (3 * m, n_in), n_in), _normal(k2, (3 * m, m), m),
+        return (lecun_normal(k1, (3 * m, n_in), n_in), lecun_normal(k2, (3 * m, m), m),
                 jnp.zeros((3 * m,)), jnp.zeros((3 * m,)))
 
     return Layer(R(n_in) * R(m), R(m), Product(R(3 * m, n_in), R(3 * m, m), R(3 * m), R(3 * m)),
@@ -124,7 +126,7 @@ def lstm_cell(n_in: int, n_hidden: int) -> Layer:
         k1, k2 = draws.split(k, 2)
         # the forget gate's bias starts at 1: the cell state is kept, not forgotten, at first
         b = jnp.zeros((4 * m,)).at[m:2 * m].set(1.0)
-        return _normal(k1, (4 * m, n_in), n_in), _normal(k2, (4 * m, m), m), b
+        return lecun_normal(k1, (4 * m, n_in), n_in), lecun_normal(k2, (4 * m, m), m), b
 
     return Layer(R(n_in) * R(2, m), R(2, m), Product(R(4 * m, n_in), R(4 * m, m), R(4 * m)),
                  fwd, name=f"lstm_cell({n_in}→{n_hidden})", init=init)
@@ -222,7 +224,8 @@ def unroll(cell) -> LensFamily:
         >>> rnn
         unroll(rnn_cell(3→4), T=5) : R^{5×3} → R^{5×4}, params R^{4×3}×R^{4×4}×R^4
     """
-    if len(getattr(cell.dom, "factors", ())) != 2 or cell.dom.factors[1] != cell.cod:
+    if not isinstance(cell.dom, Product) or len(cell.dom.factors) != 2 or \
+            cell.dom.factors[1] != cell.cod:
         raise SpaceMismatch(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 

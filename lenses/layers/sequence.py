@@ -28,8 +28,8 @@ from categories import R, Space, draws
 
 from ..families import LensFamily, family
 from ..losses import LossFamily
-from .basic import _normal, _sizes, gelu, identity, positive_number, residual
-from ..para_lens import Layer
+from .basic import gelu, identity, layer_sizes, lecun_normal, positive_number, residual
+from ..layer import Layer
 from ..structure import copy
 from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
 
@@ -58,7 +58,7 @@ def positionwise_dense(n_in: int, n_out: int, name: str | None = None) -> LensFa
         >>> f.cod, n_params(f)
         (R^{5×2}, 10)
     """
-    n_in, n_out = _sizes("positionwise_dense", n_in=n_in, n_out=n_out)
+    n_in, n_out = layer_sizes("positionwise_dense", n_in=n_in, n_out=n_out)
     name = name or f"positionwise_dense({n_in}→{n_out})"
 
     def fwd(X, Wb):
@@ -67,7 +67,7 @@ def positionwise_dense(n_in: int, n_out: int, name: str | None = None) -> LensFa
     def make(A: Space) -> Layer:
         T, _ = _sequence(A, name, n_in)
         return Layer(A, R(T, n_out), R(n_out, n_in) * R(n_out), fwd, name=name,
-                     init=lambda k: (_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
+                     init=lambda k: (lecun_normal(k, (n_out, n_in), n_in), jnp.zeros((n_out,))))
 
     return family(make, name)
 
@@ -82,7 +82,7 @@ def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
         >>> round(float(y.mean()), 6), round(float(y.std()), 3)
         (0.0, 1.0)
     """
-    (d,) = _sizes("layer_norm", d=d)
+    (d,) = layer_sizes("layer_norm", d=d)
     eps = positive_number("layer_norm", "eps", eps)
     name = f"layer_norm({d})"
 
@@ -164,7 +164,7 @@ def multi_head_attention(d: int, heads: int, causal: bool = True) -> LensFamily:
         >>> att.cod, n_params(att)
         (R^{5×8}, 288)
     """
-    d, heads = _sizes("multi_head_attention", d=d, heads=heads)
+    d, heads = layer_sizes("multi_head_attention", d=d, heads=heads)
     if d % heads:
         raise DimensionError(f"multi_head_attention: {heads} heads do not divide the width {d}")
     name = f"multi_head_attention({d}, {heads} heads{', causal' if causal else ''})"
@@ -187,7 +187,7 @@ def transformer_block(d: int, heads: int, hidden: int, causal: bool = True) -> L
         >>> block.cod, n_params(block)
         (R^{5×8}, 600)
     """
-    d, heads, hidden = _sizes("transformer_block", d=d, heads=heads, hidden=hidden)
+    d, heads, hidden = layer_sizes("transformer_block", d=d, heads=heads, hidden=hidden)
     if d % heads:
         raise DimensionError(f"transformer_block: {heads} heads do not divide the width {d}")
     name = f"transformer_block({d}, {heads} heads, {hidden})"

@@ -23,7 +23,7 @@ backtracking; their errors are the catalogue's, `lenses.errors`).
 States are pytrees (NamedTuples) with parameter-shaped leaves and None at R^0 slots.
 """
 
-from .faults import (check_params, find_missing, finite_flags, raise_non_finite, raise_outside,
+from .faults import (check_params, finite_flags, raise_non_finite, raise_outside,
                      slot_names)
 from .lens import Optimiser, chain
 from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sharp, is_part,

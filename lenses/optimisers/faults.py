@@ -15,6 +15,7 @@ from jax import lax
 
 from categories import DomainError, Product, Space
 from categories.errors import NonFiniteError, SpaceMismatch
+from categories.slots import slot_mismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -36,33 +37,14 @@ def _slots(space: Space, x):
     return [(space, x)]
 
 
-def find_missing(space: Space, p, where: str = "parameters") -> str | None:
-    """Where a parameterised part of `space` was given None (or the wrong structure), else None."""
-    if isinstance(space, Product):
-        if not isinstance(p, tuple) or len(p) != len(space.factors):
-            if p is None:
-                return f"{where} is None, but {space!r} has parameters"
-            return f"{where} should be a tuple of {len(space.factors)} for {space!r}"
-        for i, (f, q) in enumerate(zip(space.factors, p)):
-            why = find_missing(f, q, f"{where}[{i}]")
-            if why:
-                return why
-        return None
-    if space.size > 0 and p is None:
-        return f"{where} is None, but it is a parameterised slot ({space!r})"
-    return None
-
-
 def check_params(space: Space, p, names=None) -> None:
-    """Refuse (TypeError) a parameter point with None in a parameterised slot, naming the slot."""
-    slots = _slots(space, p)
-    names = names if names is not None and len(names) == len(slots) else [
-        f"slot {i}" for i in range(len(slots))]
-    for name, (s, q) in zip(names, slots):
-        why = find_missing(s, q, f"the point of {name}")
-        if why:
-            raise SpaceMismatch(f"{why}: a parameterised layer cannot step without its parameters "
-                            "(only parameterless R^0 slots take None)")
+    """Refuse (`SpaceMismatch`) a parameter point not shaped as a point of `space` (None in a
+    parameterised slot, a tuple of another length, a leaf of another shape), naming the slot."""
+    why = slot_mismatch(space, p, "the point of {}", names)
+    if why:
+        none = " (a parameterised layer cannot step without its parameters: only parameterless " \
+               "R^0 slots take None)" if why.endswith("got None") else ""
+        raise SpaceMismatch(why + none)
 
 
 def slot_maxima(x, space: Space | None):
@@ -129,5 +111,5 @@ def _backtrack(space, p, p_new, inside, max_halvings):
     return p_out, ok
 
 
-__all__ = ["slot_names", "find_missing", "check_params", "finite_flags",
+__all__ = ["slot_names", "check_params", "finite_flags",
            "raise_outside", "raise_non_finite"]

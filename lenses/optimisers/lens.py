@@ -30,6 +30,7 @@ import optax
 from categories import Covector, Smooth, Space, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
+from categories.slots import euclidean_space_of, slot_mismatch, slots
 from categories.spaces import euclidean
 
 from ..inner_products.metrics import translate
@@ -291,23 +292,17 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
         raise CovectorError(f"the covector lives on {p_cov.space!r}, but the parameter object "
                             f"is {space!r}: pass the covector of this parameter object, "
                             f"Covector(value, {space!r})")
-    cov = p_cov.value
-    pt, ct = jax.tree_util.tree_structure(p), jax.tree_util.tree_structure(cov)
-    slots = (list(zip(p, cov)) if isinstance(p, tuple) and isinstance(cov, tuple)
-             and len(p) == len(cov) and len(p) > 1 else [(p, cov)])
-    for i, (q, c) in enumerate(slots):
-        qs, cs = jax.tree_util.tree_structure(q), jax.tree_util.tree_structure(c)
-        where = f"slot {i}" if len(slots) > 1 else "the parameters"
-        if qs != cs:  # type: ignore[operator]  # jaxlib's stubs give PyTreeDef == but not !=
-            raise CovectorError(f"the covector on {where} does not have the structure of the "
-                                f"point: expected {qs}, got {cs}")
-        for a, b in zip(jax.tree_util.tree_leaves(q), jax.tree_util.tree_leaves(c)):
-            if jnp.shape(a) != jnp.shape(b):
-                raise CovectorError(f"the covector on {where} has a leaf of shape "
-                                    f"{tuple(jnp.shape(b))} where the point has "
-                                    f"{tuple(jnp.shape(a))}")
-    if pt != ct:  # type: ignore[operator]  # pragma: no cover - caught slot by slot above
-        raise CovectorError(f"the covector does not have the structure of the point: {ct} vs {pt}")
+    cov, named = p_cov.value, space if space is not None else euclidean_space_of(p)
+    if named is None:  # a point that is not a tuple of arrays: its structure is all there is
+        if jax.tree_util.tree_structure(p) != jax.tree_util.tree_structure(cov):  # type: ignore[operator]
+            raise CovectorError(f"the covector does not have the structure of the point: "
+                                f"expected {jax.tree_util.tree_structure(p)}, got "
+                                f"{jax.tree_util.tree_structure(cov)}")
+        return
+    one = len(slots(named.tangent, cov)) == 1
+    why = slot_mismatch(named.tangent, cov, "the covector on {}", ["the parameters"] if one else None)
+    if why:
+        raise CovectorError(why)
 
 
 def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "raise",

@@ -9,7 +9,8 @@ from categories import Product
 from categories.errors import ShapeError, TargetError
 
 from ..optimisers import check_params, slot_names
-from ..para_lens import batched, check_batch, need_lens
+from ..batched import batched
+from ..inputs import check_batch, need_lens
 from .shared import shared
 
 def predict(model, params, X):

@@ -47,7 +47,7 @@ from categories.errors import (CheckpointError, CheckpointMismatch, KindError, P
 from .state import TrainState
 from .step import slot_spaces
 from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
-from ..para_lens import _leaf_shapes, _tree_mismatch, need_lens
+from ..inputs import need_lens
 
 FORMAT = "paralens-state"
 VERSION = 1
@@ -232,7 +232,7 @@ def _check_save(path, state, model):
     model = _fixed(model)
     names = slot_names(model)
     check_params(model.param, state.params, names)
-    why = _tree_mismatch(_leaf_shapes(model.param, ()), state.params, "the parameters")
+    why = model.param.mismatch(state.params, "the parameters")
     if why:
         raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
                             f"{model.param!r}): {why}")

@@ -23,7 +23,7 @@ import numpy as np
 
 from categories.errors import HyperparameterError, KindError, ShapeError
 
-from ..para_lens import check_batch
+from ..inputs import check_batch
 
 #: data up to this many bytes is put on the device whole (`on_device=None`)
 DEVICE_DATA_LIMIT = 1 << 30

@@ -31,7 +31,8 @@ from categories.errors import ShapeError, SpaceMismatch
 from ..losses import batch_loss
 from ..inner_products.metrics import Context
 from ..optimisers import check_params, slot_names
-from ..para_lens import batched, check_batch
+from ..batched import batched
+from ..inputs import check_batch
 from .faults import slope, verdict
 from .shared import shared
 from .state import TrainState

@@ -24,7 +24,7 @@ from categories.errors import HyperparameterError, KindError, ParalensError, Sha
 
 from ..losses import loss_family as as_loss_family
 from ..optimisers import Optimiser, check_params, from_optax, slot_names
-from ..para_lens import need_lens
+from ..inputs import need_lens
 from . import schedule
 from .state import Report, TrainState
 from .step import core_for, slot_spaces
