@@ -294,8 +294,7 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
                             f"Covector(value, {space!r})")
     cov, named = p_cov.value, space if space is not None else euclidean_space_of(p)
     if named is None:  # a point that is not a tuple of arrays: its structure is all there is
-        # jaxlib's stubs give PyTreeDef == but not !=
-        if not jax.tree_util.tree_structure(p) == jax.tree_util.tree_structure(cov):
+        if jax.tree_util.tree_structure(p) != jax.tree_util.tree_structure(cov):  # type: ignore[operator]  # jaxlib's stubs lack PyTreeDef's comparisons
             raise CovectorError(f"the covector does not have the structure of the point: "
                                 f"expected {jax.tree_util.tree_structure(p)}, got "
                                 f"{jax.tree_util.tree_structure(cov)}")
