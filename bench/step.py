@@ -331,11 +331,13 @@ def epoch_data(sizes, batch, loss):
 
 def loop_worker(cfg):
     """Wall clock, each library's default threads: loops over STEPS batches, per step."""
+    import importlib.util
+
     import jax.numpy as jnp
     import numpy as np
-    import torch
 
     from lenses import fit, gd, train_step
+    has_torch = importlib.util.find_spec("torch") is not None  # its column is left out without it
 
     sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
     params, _, _ = data(sizes, batch, loss)
@@ -346,10 +348,12 @@ def loop_worker(cfg):
     ts = train_step(model, family, gd(LR))
     box = {"jax": p_jax, "scan": p_jax, "ts": ts.init(lens_params(params))}
     box["run"] = box["ts"]
-    net, tstep = torch_step(params, loss)
-    Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
-    Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
-          for y in Yb]
+    if has_torch:
+        import torch
+        net, tstep = torch_step(params, loss)
+        Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
+        Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
+              for y in Yb]
 
     # the same batches as numpy arrays, as a data loader yields them (each call transfers them)
     Xh, Yh = [np.asarray(x) for x in Xb], [np.asarray(y) for y in Yb]
@@ -392,7 +396,9 @@ def loop_worker(cfg):
            "train_step, read every step": ts_loop(True),
            "train_step, numpy batches": ts_loop(False, Xh, Yh),
            "jax loop, numpy batches": hand_loop(False, Xh, Yh),
-           "jax scan": hand_scan, "run": ts_run, "torch loop": torch_loop}
+           "jax scan": hand_scan, "run": ts_run}
+    if has_torch:
+        fns["torch loop"] = torch_loop
     for f in fns.values():
         f()  # compile and warm up
     times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
@@ -452,7 +458,7 @@ def loop_table(args):
         t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
         pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
         fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
-        rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
+        rows.append(name + [C.summary(t[k], 1e6) if k in t else "—" for k in LOOP_COLUMNS])
         ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
                               pair("train_step, read every step", "jax loop, read every step"),
                               pair("train_step, numpy batches", "jax loop, numpy batches"),
