@@ -135,7 +135,8 @@ def test_a_sweep_over_the_damping_compiles_once_and_each_damping_is_its_own_step
 
 def test_equal_optimisers_are_equal_and_share_their_compilation():
     assert adam(1e-3) == adam(1e-3) and hash(adam(1e-3)) == hash(adam(1e-3))
-    assert adam(1e-3) != adam(2e-3) and adam(1e-3).key() == adam(2e-3).key()
+    structure = jax.tree_util.tree_structure  # what a compiled step is keyed by (numbers aside)
+    assert adam(1e-3) != adam(2e-3) and structure(adam(1e-3)) == structure(adam(2e-3))
     assert adam(1e-3) != momentum(1e-3) and gd(0.1) != gd(0.1, metric=None, on_domain_error="backtrack")
     a = train_step(MODEL, half_squared_error, adam(1e-3))
     b = train_step(MODEL, half_squared_error, adam(5e-3))
@@ -174,7 +175,9 @@ def test_optax_transformations_equal_by_value_share_their_compilation():
             steps.setdefault(name, []).append(step)
     plain, inj = steps["plain"], steps["injected"]
     # the rate is a constant of optax.rmsprop's closure: equal rates share, others do not
-    assert plain[0]._core is plain[2]._core and plain[0]._core is not plain[1]._core
+    assert plain[0].traces == plain[1].traces == {"stacked": 1}  # (traced: 0.01 once, 0.03 once)
+    structure = jax.tree_util.tree_structure
+    assert structure(plain[0].opt) == structure(plain[2].opt) != structure(plain[1].opt)
     # inject_hyperparams keeps the rate in the state: the whole sweep is one compilation
     assert inj[0]._core is inj[1]._core is inj[2]._core and inj[0].traces == {"stacked": 1}
     assert from_optax(optax.rmsprop(0.1)) == from_optax(optax.rmsprop(0.1))

@@ -131,7 +131,7 @@ def kfac_error(kfac, p, cov, ctx: Context, reference=None) -> float:
             reference = GaussNewton(kfac.damping)
         else:
             reference = Fisher(kfac.damping, empirical=kfac.curvature == "empirical",
-                               output_fisher=kfac._output_fisher)
+                               output_fisher=kfac.output_fisher)
     space = getattr(cov, "space", None) or ctx.model.param
     c = Covector(unwrap(cov), space)
     k, f = unwrap(kfac.sharp(p, c, ctx)), unwrap(reference.sharp(p, c, ctx))
