@@ -20,8 +20,8 @@ against the hand-written jitted JAX loop doing the same reads on the same arrays
 multi-step call `step.run` over the epoch's stacked batches; `fit` (per step, from 6 epochs
 minus 1 with a fresh but equal optimiser in each call, so that compilation cancels; the
 median of 3 such pairs per repeat); the hand-written JAX step as one `lax.scan` over the
-epoch; PyTorch eager looped; and how many compilations a sweep of five learning rates
-through `fit` costs.
+epoch; PyTorch eager looped (where torch is installed); and how many compilations of the step
+a sweep of five learning rates through `fit` costs, counted by JAX's compile events.
 
 A third table (`--tables cost`) shows where a `train_step` call's time goes, one difference
 at a time, each a loop over the same 64 batches read at the end (wall clock): the
@@ -421,12 +421,24 @@ def loop_worker(cfg):
             pairs.append((t6 - t1) / (5 * STEPS))
         fit_times.append(C.med(pairs))
     times["fit"] = fit_times
-    # a sweep of five learning rates through fit, from a fresh step: how many compilations
-    sweep_model = lens_model(sizes)
+    # a sweep of five learning rates through fit, from a fresh step: how many compilations of
+    # the step JAX makes (its backend-compile events, which name the step's loops)
+    import jax
+
+    names = []
+
+    def listen(event, duration, fun_name="", **kw):
+        if event == "/jax/core/compile/backend_compile_duration" and "paralens_step" in str(fun_name):
+            names.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    sweep_model = lens_model(sizes[:1] + [sizes[1] + 1] + sizes[2:])  # widths not yet compiled
+    sweep_params = sweep_model.init(jax.random.PRNGKey(0))
     for lr in (0.01, 0.02, 0.05, 0.1, 0.2):
-        fit(sweep_model, family, gd(lr), lens_params(params), (Xall, Yall), epochs=1,
+        fit(sweep_model, family, gd(lr), sweep_params, (Xall, Yall), epochs=1,
             batch_size=batch, key=0, progress=False)
-    compiles = sum(train_step(sweep_model, family, gd(LR)).traces.values())
+    jax.monitoring.unregister_event_duration_listener(listen)
+    compiles = len(names)
     C.emit({"config": cfg, "times": times, "sweep_compiles": compiles})
 
 

@@ -14,6 +14,7 @@ but sets attributes in its own `__init__` (a plain class, as a user may write a 
 constant: all structure, compared by identity.
 
 Examples:
+    >>> from lenses.values import Value, static
     >>> class Scale(Value):
     ...     factor: float
     ...     name: str = static(default="scale")
@@ -39,9 +40,25 @@ def static(**kw):
 
 
 def assign(obj, **fields) -> None:
-    """Set the fields of a value while its `__init__` builds it (values are frozen after)."""
+    """Set the fields of a value (as `obj.name = v` does in its `__init__`)."""
     for name, v in fields.items():
         object.__setattr__(obj, name, v)
+
+
+def _building(init):
+    """`init`, during which the value's attributes may be set (a value is frozen after it)."""
+    @functools.wraps(init)
+    def build(self, *args, **kwargs):
+        depth = self.__dict__.get("_building", 0)  # super().__init__ nests
+        self.__dict__["_building"] = depth + 1
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            if depth:
+                self.__dict__["_building"] = depth
+            else:
+                del self.__dict__["_building"]
+    return build
 
 
 def _declares_fields(cls) -> bool:
@@ -103,15 +120,27 @@ class Value:
             # as a plain class) is a constant: structure, by identity, with no numbers
             if "__eq__" not in vars(cls):
                 cls.__eq__, cls.__hash__ = object.__eq__, object.__hash__  # type: ignore[assignment]
+            cls.__setattr__, cls.__delattr__ = object.__setattr__, object.__delattr__  # type: ignore[assignment]
             jax.tree_util.register_pytree_node(cls, lambda x: ((), x), lambda aux, _: aux)
             return
         # a hand-written __init__ (which checks the arguments) is kept, also in subclasses
         cls.hand_written_init = "__init__" in vars(cls)
         own_init = any(vars(k).get("hand_written_init") for k in cls.__mro__)
-        dataclasses.dataclass(frozen=True, eq=False, repr=False, init=not own_init)(cls)
+        dataclasses.dataclass(eq=False, repr=False, init=not own_init)(cls)
+        if "__init__" in vars(cls):
+            cls.__init__ = _building(vars(cls)["__init__"])  # type: ignore[misc]
         cls.value_fields = _split(cls)
         jax.tree_util.register_pytree_with_keys(
             cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten)
+
+    def __setattr__(self, name, value):
+        if not self.__dict__.get("_building"):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to {name}: a {type(self).__name__} "
+                                                  "is immutable (dataclasses.replace makes another)")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete {name}: a {type(self).__name__} is immutable")
 
     def __eq__(self, other):
         if type(self) is not type(other):

@@ -39,7 +39,7 @@ class KFACState(NamedTuple):
         The state of `sharp(KFAC(...))`, the first part of `gd`, before any step: one (A, G)
         per affine layer, A on the input with a 1 appended for the bias (none here).
 
-        >>> s = gd(0.1, metric=KFAC(0.1, decay=0.95, model=linear(2, 1))).init(jnp.ones((1, 2)))
+        >>> s = gd(0.1, metric=KFAC(0.1, decay=0.95, model=linear(2, 1))).init(jnp.ones((1, 2)))[0]
         >>> int(s.count), round(float(s.damping), 4), [f.shape for f in s.factors[0]]
         (0, 0.1, [(2, 2), (1, 1)])
     """

@@ -104,6 +104,39 @@ class Metric(Value):
         return type(self).__name__ + "()"
 
 
+class Borrowed(Metric):
+    """An inner product given as an object that is not a `Metric` but has `sharp` (and, if
+    it has them, `flat` and `retract`): a constant of the training step, by identity.
+
+    Examples:
+        >>> class Halves:
+        ...     def sharp(self, p, cov, ctx=None): return Vector(unwrap(cov) / 2)
+        >>> unwrap(Borrowed(Halves()).sharp(None, Covector(jnp.array([2.0])))).tolist()
+        [1.0]
+    """
+
+    given: Any = static()
+
+    def __init__(self, given):
+        self.given = given
+
+    def sharp(self, p, cov, ctx=None):
+        return self.given.sharp(p, cov, ctx)
+
+    # the optional capabilities of an object that is not a Metric: read where they are used
+    def flat(self, p, vec, ctx=None):
+        if not callable(getattr(self.given, "flat", None)):
+            raise UnsupportedError(f"{self.given!r} has no flat map")
+        return self.given.flat(p, vec, ctx)
+
+    def retract(self, p, v, space=None):
+        own = getattr(self.given, "retract", None)
+        return super().retract(p, v, space) if own is None else own(p, v, space)
+
+    def __repr__(self):
+        return repr(self.given)
+
+
 def covector_value(cov, who: str = "sharp"):
     """The raw value of a covector given to a sharp map: a `Covector`, or (documented, as
     `optax.chain` passes it) its raw value; a `Vector` is refused (`CovectorError`)."""
@@ -344,5 +377,5 @@ def unflatten_like(flat, like):
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like",
-           "covector_value", "translate"]
+__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "Borrowed", "ravel",
+           "unflatten_like", "covector_value", "translate"]

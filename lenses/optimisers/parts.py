@@ -37,7 +37,7 @@ from categories import Covector, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 
-from ..inner_products.metrics import Euclidean, Metric
+from ..inner_products.metrics import Borrowed, Euclidean, Metric
 from ..values import Identity, Value, assign, static, structure_key
 
 tree_map = jax.tree_util.tree_map
@@ -77,6 +77,7 @@ class Part(Value, optax.GradientTransformationExtraArgs):
     `optax.GradientTransformationExtraArgs` as well, a part goes into `optax.chain`.
 
     Examples:
+        >>> from lenses.optimisers import EmptyState, Part
         >>> class Halve(Part):
         ...     def init(self, params): return EmptyState()
         ...     def update(self, updates, state, params=None, **extra):
@@ -137,6 +138,8 @@ class Foreign(Part):
     share a compilation, and one of other numbers compiles anew.
 
     Examples:
+        >>> import optax
+        >>> from lenses.optimisers import Foreign
         >>> part = Foreign(optax.sgd(0.5))
         >>> u, _ = part.update(jnp.array([2.0]), part.init(jnp.zeros(1)))
         >>> u.tolist(), part == Foreign(optax.sgd(0.5)), part == Foreign(optax.sgd(0.1))
@@ -245,8 +248,10 @@ class Sharp(Part):
             raise KindError(f"metric must be an inner product (an instance), got the class "
                             f"{metric.__name__}: pass {metric.__name__}(...), e.g. metric=Euclidean()")
         if not isinstance(metric, Metric):
-            raise KindError(f"sharp needs an inner product (a Metric), got {metric!r}")
-        assign(self, metric=metric)
+            if not callable(getattr(metric, "sharp", None)):
+                raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
+            metric = Borrowed(metric)  # an object with a sharp map: a constant of the step
+        self.metric = metric
 
     def init(self, params):
         return self.metric.init_state(params) if self.metric.stateful else EmptyState()
