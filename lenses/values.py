@@ -119,8 +119,8 @@ class Value:
             # a class that sets its attributes in its own __init__ (a user's metric written
             # as a plain class) is a constant: structure, by identity, with no numbers
             if "__eq__" not in vars(cls):
-                cls.__eq__, cls.__hash__ = object.__eq__, object.__hash__  # type: ignore[assignment]
-            cls.__setattr__, cls.__delattr__ = object.__setattr__, object.__delattr__  # type: ignore[assignment]
+                cls.__eq__, cls.__hash__ = object.__eq__, object.__hash__  # type: ignore[assignment]  # by identity
+            cls.__setattr__, cls.__delattr__ = object.__setattr__, object.__delattr__  # type: ignore[assignment]  # mutable
             jax.tree_util.register_pytree_node(cls, lambda x: ((), x), lambda aux, _: aux)
             return
         # a hand-written __init__ (which checks the arguments) is kept, also in subclasses
@@ -128,7 +128,7 @@ class Value:
         own_init = any(vars(k).get("hand_written_init") for k in cls.__mro__)
         dataclasses.dataclass(eq=False, repr=False, init=not own_init)(cls)
         if "__init__" in vars(cls):
-            cls.__init__ = _building(vars(cls)["__init__"])  # type: ignore[misc]
+            cls.__init__ = _building(vars(cls)["__init__"])  # type: ignore[misc]  # wrapped in place
         cls.value_fields = _split(cls)
         jax.tree_util.register_pytree_with_keys(
             cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten)

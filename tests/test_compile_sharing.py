@@ -140,3 +140,17 @@ def test_a_damping_sweep_of_gauss_newton_compiles_the_step_once():
             state, _ = step(step.init(p0), X, Y)
             close(state.params, gauss_newton_step(model, p0, X, Y, 0.5, lam), dtype)
     assert names == ["paralens_step_call"]
+
+
+def test_an_optimiser_is_an_immutable_pytree_whose_leaves_are_its_numbers():
+    import dataclasses
+
+    opt = adam(0.1, b1=0.8, metric=Diagonal(2.0))
+    # sharp's metric, Adam's b1, b2, eps, the rate: in chain order
+    assert jax.tree_util.tree_leaves(opt) == [2.0, 0.8, 0.999, 1e-8, 0.1]
+    halved = jax.tree_util.tree_map(lambda x: x / 2, opt)  # rebuilt from its leaves
+    assert halved == adam(0.05, b1=0.4, b2=0.4995, eps=5e-9, metric=Diagonal(1.0))
+    assert opt == adam(0.1, b1=0.8, metric=Diagonal(2.0)) and hash(opt) == hash(
+        adam(0.1, b1=0.8, metric=Diagonal(2.0)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opt.parts[-1].lr = 0.2  # type: ignore[misc]

@@ -72,8 +72,11 @@ class Metric(Value):
         [1.0, 2.0]
     """
 
-    #: whether the metric keeps a memory in its optimiser's state (`init_state`, `sharp_state`)
-    stateful = False
+    @property
+    def stateful(self) -> bool:
+        """Whether the metric keeps a memory in its optimiser's state (`init_state`,
+        `sharp_state`); none does but K-FAC with its model."""
+        return False
 
     def init_state(self, p):
         """The memory of a stateful metric before the first step (`stateful`)."""
@@ -109,6 +112,7 @@ class Borrowed(Metric):
     it has them, `flat` and `retract`): a constant of the training step, by identity.
 
     Examples:
+        >>> from lenses.inner_products.metrics import Borrowed
         >>> class Halves:
         ...     def sharp(self, p, cov, ctx=None): return Vector(unwrap(cov) / 2)
         >>> unwrap(Borrowed(Halves()).sharp(None, Covector(jnp.array([2.0])))).tolist()

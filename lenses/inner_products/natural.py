@@ -14,10 +14,10 @@ batch loss.
   `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
   given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
   parameter covectors g_i.
-- `KFAC` (`lenses.inner_products.kfac`, built on this module): block diagonal over the layers that declare an affine structure
-  (`Affine`: dense, linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`,
-  wherever they sit; with the moving averages, update periods and adaptive damping of
-  Martens & Grosse (2015).
+- `KFAC` (`lenses.inner_products.kfac`, built on this module, which does not import it):
+  block diagonal over the layers that declare an affine structure (`Affine`: dense, linear),
+  each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`, wherever they sit; with
+  the moving averages, update periods and adaptive damping of Martens & Grosse (2015).
 
 Sharp maps solve G x = p' and never invert G: by Cholesky on the dense matrix for parameter
 objects of dimension ≤ `dense_max` (`solver="auto"`), else by conjugate gradients with the

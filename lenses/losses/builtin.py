@@ -13,6 +13,7 @@ from categories.errors import HyperparameterError, TargetError, TargetTypeError
 
 from .family import LossFamily, shape_text
 
+
 # -- the built-in families --------------------------------------------------------------------
 
 def _per_example(ok):

@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import R, Smooth, Space
+from categories import Smooth, Space
 from categories.errors import ParalensError, KindError
 
 from .family import LossFamily
+
 
 # -- families given as functions -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from categories.errors import HyperparameterError, KindError, ShapeError
 from .family import LossFamily, shape_text
 from .given import loss_family
 
+
 def _what_value(v) -> str:
     shape = getattr(v, "shape", None)
     return f"shape {tuple(shape)}" if shape is not None else type(v).__name__
