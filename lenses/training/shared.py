@@ -8,7 +8,7 @@ record holds its models weakly (`Shared.model` is any one still alive) and each 
 its record, so dropping the last model of a structure frees the record, its compiled code and
 whatever it held (the loss family; JAX's compilations, whose cache keys hold the optimisers'
 structures, not the optimisers: only what is structure, such as an optax transformation or a
-K-FAC's model, lives as long as the record): nothing here keeps a user's model alive.
+K-FAC's model, lives as long as the record): nothing else here keeps a user's model alive.
 
 Two models have one structure when `structure_key` says so: the key is built from the model's
 classes and attributes, its functions' code, defaults, closed-over values and the globals
