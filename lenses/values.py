@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import types
 import weakref
 from typing import ClassVar
@@ -78,9 +79,18 @@ def _flatten_with_keys(x):
             tuple(getattr(x, n) for n in meta))
 
 
-def _flatten(x):
-    data, meta = type(x).value_fields
-    return [getattr(x, n) for n in data], tuple(getattr(x, n) for n in meta)
+def _getter(names):
+    """x ↦ the tuple of x's attributes `names`, read in C (`operator.attrgetter`): a training
+    step flattens its optimiser at every call, so this runs in its few microseconds."""
+    if not names:
+        return lambda x: ()
+    get = operator.attrgetter(*names)
+    return (lambda x: (get(x),)) if len(names) == 1 else get
+
+
+def _flattener(data, meta):
+    data_of, meta_of = _getter(data), _getter(meta)
+    return lambda x: (data_of(x), meta_of(x))
 
 
 def _unflatten(cls, aux, children):
@@ -131,7 +141,7 @@ class Value:
             cls.__init__ = _building(vars(cls)["__init__"])  # type: ignore[misc]  # wrapped in place
         cls.value_fields = _split(cls)
         jax.tree_util.register_pytree_with_keys(
-            cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten)
+            cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flattener(*cls.value_fields))
 
     def __setattr__(self, name, value):
         if not self.__dict__.get("_building"):
