@@ -211,7 +211,7 @@ class LossFamily:
             return {}
 
     def _key(self):
-        cached = self.__dict__.get("_value_key")
+        cached = self.__dict__.get("_cached_key")
         if cached is not None:
             return cached
         items = tuple(sorted(self._config().items()))
@@ -222,7 +222,7 @@ class LossFamily:
         key = (type(self), items)
         params = getattr(self, "__dataclass_params__", None)
         if params is not None and params.frozen:  # immutable: the key can be kept
-            self.__dict__["_value_key"] = key
+            self.__dict__["_cached_key"] = key
         return key
 
     def __eq__(self, other):
