@@ -20,8 +20,8 @@ against the hand-written jitted JAX loop doing the same reads on the same arrays
 multi-step call `step.run` over the epoch's stacked batches; `fit` (per step, from 6 epochs
 minus 1 with a fresh but equal optimiser in each call, so that compilation cancels; the
 median of 3 such pairs per repeat); the hand-written JAX step as one `lax.scan` over the
-epoch; PyTorch eager looped; and how many compilations a sweep of five learning rates
-through `fit` costs.
+epoch; PyTorch eager looped (where torch is installed); and how many compilations of the step
+a sweep of five learning rates through `fit` costs, counted by JAX's compile events.
 
 A third table (`--tables cost`) shows where a `train_step` call's time goes, one difference
 at a time, each a loop over the same 64 batches read at the end (wall clock): the
@@ -331,11 +331,13 @@ def epoch_data(sizes, batch, loss):
 
 def loop_worker(cfg):
     """Wall clock, each library's default threads: loops over STEPS batches, per step."""
+    import importlib.util
+
     import jax.numpy as jnp
     import numpy as np
-    import torch
 
     from lenses import fit, gd, train_step
+    has_torch = importlib.util.find_spec("torch") is not None  # its column is left out without it
 
     sizes, batch, loss = [int(s) for s in cfg["sizes"].split("-")], cfg["batch"], cfg["loss"]
     params, _, _ = data(sizes, batch, loss)
@@ -346,10 +348,12 @@ def loop_worker(cfg):
     ts = train_step(model, family, gd(LR))
     box = {"jax": p_jax, "scan": p_jax, "ts": ts.init(lens_params(params))}
     box["run"] = box["ts"]
-    net, tstep = torch_step(params, loss)
-    Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
-    Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
-          for y in Yb]
+    if has_torch:
+        import torch
+        net, tstep = torch_step(params, loss)
+        Xt = [torch.from_numpy(np.asarray(x)) for x in Xb]
+        Yt = [torch.from_numpy(np.asarray(y)) if loss == "se" else torch.from_numpy(np.asarray(y).astype(np.int64))
+              for y in Yb]
 
     # the same batches as numpy arrays, as a data loader yields them (each call transfers them)
     Xh, Yh = [np.asarray(x) for x in Xb], [np.asarray(y) for y in Yb]
@@ -392,7 +396,9 @@ def loop_worker(cfg):
            "train_step, read every step": ts_loop(True),
            "train_step, numpy batches": ts_loop(False, Xh, Yh),
            "jax loop, numpy batches": hand_loop(False, Xh, Yh),
-           "jax scan": hand_scan, "run": ts_run, "torch loop": torch_loop}
+           "jax scan": hand_scan, "run": ts_run}
+    if has_torch:
+        fns["torch loop"] = torch_loop
     for f in fns.values():
         f()  # compile and warm up
     times = C.interleaved(fns, cfg["repeats"], cfg["target_s"])
@@ -415,12 +421,24 @@ def loop_worker(cfg):
             pairs.append((t6 - t1) / (5 * STEPS))
         fit_times.append(C.med(pairs))
     times["fit"] = fit_times
-    # a sweep of five learning rates through fit, from a fresh step: how many compilations
-    sweep_model = lens_model(sizes)
+    # a sweep of five learning rates through fit, from a fresh step: how many compilations of
+    # the step JAX makes (its backend-compile events, which name the step's loops)
+    import jax
+
+    names = []
+
+    def listen(event, duration, fun_name="", **kw):
+        if event == "/jax/core/compile/backend_compile_duration" and "paralens_step" in str(fun_name):
+            names.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    sweep_model = lens_model(sizes[:1] + [sizes[1] + 1] + sizes[2:])  # widths not yet compiled
+    sweep_params = sweep_model.init(jax.random.PRNGKey(0))
     for lr in (0.01, 0.02, 0.05, 0.1, 0.2):
-        fit(sweep_model, family, gd(lr), lens_params(params), (Xall, Yall), epochs=1,
+        fit(sweep_model, family, gd(lr), sweep_params, (Xall, Yall), epochs=1,
             batch_size=batch, key=0, progress=False)
-    compiles = sum(train_step(sweep_model, family, gd(LR)).traces.values())
+    jax.monitoring.unregister_event_duration_listener(listen)
+    compiles = len(names)
     C.emit({"config": cfg, "times": times, "sweep_compiles": compiles})
 
 
@@ -452,7 +470,7 @@ def loop_table(args):
         t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
         pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
         fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
-        rows.append(name + [C.summary(t[k], 1e6) for k in LOOP_COLUMNS])
+        rows.append(name + [C.summary(t[k], 1e6) if k in t else "—" for k in LOOP_COLUMNS])
         ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
                               pair("train_step, read every step", "jax loop, read every step"),
                               pair("train_step, numpy batches", "jax loop, numpy batches"),

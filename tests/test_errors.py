@@ -121,7 +121,7 @@ CASES = [
      r"a training step takes a TrainState .* got tuple"),
     (KindError, lambda: train_step("model", half_squared_error, gd(0.1)),
      r"train_step needs a lens \(e.g. dense\(2, 3\)\) or a family of lenses .* got str 'model'"),
-    (NonFiniteError, lambda: gd(0.1).step((), jnp.ones((1,)), Covector(jnp.asarray([np.inf]), R(1))),
+    (NonFiniteError, lambda: gd(0.1).step(gd(0.1).init(jnp.ones((1,))), jnp.ones((1,)), Covector(jnp.asarray([np.inf]), R(1))),
      r"the covector of slot 0 contains NaN or infinity"),
 ]
 

@@ -156,4 +156,4 @@ def test_eager_update_refuses_the_same_faults():
     with pytest.raises(NonFiniteError):
         u(jnp.ones((1,)), Covector(jnp.asarray([np.inf]), Positive(1)))
     with pytest.raises(TypeError, match="None"):
-        gd(0.1).step((), None, Covector(None, R(2)))
+        gd(0.1).step(gd(0.1).init(None), None, Covector(None, R(2)))

@@ -111,7 +111,8 @@ def test_the_optimiser_with_the_state_takes_the_dense_natural_step():
         p = jax.tree_util.tree_map(lambda a, d: np.asarray(a) - lr * d, p, v)
         state, q = opt.step(state, q, Covector(grad, NET.param), Context(NET, CE, x, y))
         close(q, p, 1e-9, 1e-12)
-    assert int(state.count) == 2 and int(state.updates) == 2
+    kfac = state[0]  # the state of the sharp part, the first of the chain's parts
+    assert int(kfac.count) == 2 and int(kfac.updates) == 2
 
 
 def test_moving_averages_converge_to_the_factors_of_a_repeated_batch():
@@ -327,7 +328,7 @@ def test_reduction_ratio_is_computed_on_the_steps_own_batch():
 
 
 def test_defaults_hold_no_state_and_options_are_checked():
-    assert gd(0.1, metric=KFAC()).init(point(0)) == ()
+    assert not jax.tree_util.tree_leaves(gd(0.1, metric=KFAC()).init(point(0)))  # nothing kept
     with pytest.raises(KindError, match="model="):
         KFAC(decay=0.95)
     with pytest.raises(HyperparameterError, match="decay"):
@@ -416,7 +417,7 @@ def test_the_full_kfac_trains_in_the_checked_step_and_a_fault_keeps_its_state():
         state, report = step(state, x, y)
         losses.append(float(report.loss))
     assert losses[-1] < 0.5 * losses[0], losses
-    assert int(state.opt_state.count) == 8
+    assert int(state.opt_state[0].count) == 8  # the sharp part's KFACState
     before = jax.tree_util.tree_leaves((state.params, state.opt_state))
     bad = x.at[0, 0].set(np.nan)
     after, _ = step(state, bad, y)

@@ -125,7 +125,8 @@ def test_optimisers_follow_optax_with_any_metric(name):
 def test_gd_with_diagonal_metric_by_hand():
     w = jax.tree_util.tree_map(lambda a: 1.0 + a ** 2, P0)
     g = grad(P0)
-    _, p1 = gd(LR, metric=Diagonal(w)).step((), P0, covector(P0))
+    u = gd(LR, metric=Diagonal(w))
+    _, p1 = u.step(u.init(P0), P0, covector(P0))
     assert_tree_close(p1, jax.tree_util.tree_map(lambda p, gi, wi: p - LR * gi / wi, P0, g, w), 1e-14)
 
 
@@ -194,14 +195,14 @@ def test_reparameterised_model_at_old_point_is_model_at_new_point():
 
 
 def test_states_are_parameter_shaped_with_none_for_parameterless_slots():
-    s = momentum(LR).init(P0)
-    assert isinstance(s, MomentumState) and s.m[1] is None
-    assert s.m[0][0].shape == P0[0][0].shape
-    a = adam(LR).init(P0)
+    s = momentum(LR).init(P0)  # (sharp's, momentum's, the rate's): optax.chain's tuple
+    assert isinstance(s[1], MomentumState) and s[1].m[1] is None
+    assert s[1].m[0][0].shape == P0[0][0].shape
+    a = adam(LR).init(P0)[1]
     assert isinstance(a, AdamState) and a.mu[1] is None and a.nu[1] is None
     # a stateful step goes through the parameterless slot
     s1, p1 = momentum(LR).step(s, P0, covector(P0))
-    assert s1.m[1] is None and p1[1] is None
+    assert s1[1].m[1] is None and p1[1] is None
 
 
 def test_optimisers_jit():
@@ -239,7 +240,8 @@ def test_sharp_passes_the_context():
     u, _ = tx.update(g, tx.init(P0), P0, ctx=ctx)
     expected = jax.tree_util.tree_map(lambda gi: -LR * gi / X.shape[0], g)
     assert_tree_close(u, expected, 1e-15)
-    _, p1 = gd(LR, metric=PerExample()).step((), P0, covector(P0), ctx)
+    plain = gd(LR, metric=PerExample())
+    _, p1 = plain.step(plain.init(P0), P0, covector(P0), ctx)
     assert_tree_close(p1, optax.apply_updates(P0, u), 1e-15)
 
 
@@ -325,7 +327,7 @@ def _random_like(p, seed):
 
 def test_nesterov_lookahead_is_the_hand_formula_and_the_metric_is_taken_there():
     m = _random_like(P0, 11)  # a momentum built by hand (None at the parameterless slot)
-    s = MomentumState(m)
+    s = (EmptyState(), MomentumState(m), EmptyState())  # the parts' states: sharp, momentum, rate
     opt = nesterov(LR, BETA, metric=AtPoint())
     tm = jax.tree_util.tree_map
     phi = tm(lambda p, mi: p - LR * BETA * mi, P0, m)  # φ = p − η β m
@@ -335,7 +337,7 @@ def test_nesterov_lookahead_is_the_hand_formula_and_the_metric_is_taken_there():
     g = grad(phi)
     s1, p1 = opt.step(s, P0, Covector(g, MODEL.param))
     m1 = tm(lambda gi, q, mi: gi / (1 + q * q) + BETA * mi, g, phi, m)
-    assert_tree_close(s1.m, m1, 1e-14)
+    assert_tree_close(s1[1].m, m1, 1e-14)
     assert_tree_close(p1, tm(lambda p, mi: p - LR * mi, P0, m1), 1e-14)
     # sharpened at p instead of φ, the step would differ
     at_p = tm(lambda p, gi, q, mi: p - LR * (gi / (1 + q * q) + BETA * mi), P0, g, P0, m)
@@ -378,7 +380,7 @@ def test_a_part_written_by_the_user_composes_and_trains():
     opt = chain(sharp(), InverseSqrtCount(), scale_by_momentum(BETA), scale_by_learning_rate(LR))
     step = train_step(MODEL, half_squared_error, opt)
     state = step.init(P0)
-    count, mom = state.opt_state  # the two parts that hold something, in chain order
+    _, count, mom, _ = state.opt_state  # the parts' states, in chain order
     assert int(count) == 0 and isinstance(mom, MomentumState)
     tm = jax.tree_util.tree_map
     p, m = P0, tm(jnp.zeros_like, P0)
@@ -388,7 +390,7 @@ def test_a_part_written_by_the_user_composes_and_trains():
         m = tm(lambda gi, mi: gi / np.sqrt(t) + BETA * mi, grad(p), m)
         p = tm(lambda a, mi: a - LR * mi, p, m)
         assert_tree_close(state.params, p, 1e-12)
-    assert int(state.opt_state[0]) == 5
+    assert int(state.opt_state[1]) == 5
     plain = momentum(LR, BETA)
     ps = trajectories(ours(plain))
     assert float(jnp.max(jnp.abs(ravel(state.params) - ravel(
@@ -419,7 +421,7 @@ def test_every_spelling_of_gd_builds_the_same_map():
     expected = jax.tree_util.tree_map(lambda p, gi: p - 0.1 * gi / 2.0, P0, grad(P0))
     for u in [gd(0.1, w), gd(0.1, metric=w), gd(lr=0.1, metric=w)]:
         assert type(u) is Update
-        assert u.init(P0) == EmptyState()
+        assert u.init(P0) == (EmptyState(), EmptyState())  # sharp's and the rate's: nothing
         assert_tree_close(u(P0, covector(P0)), expected, 1e-15)
         assert_tree_close(u.step(u.init(P0), P0, covector(P0))[1], expected, 1e-15)
 

@@ -122,5 +122,7 @@ def test_it_refuses_what_it_cannot_do():
 
 def test_rates_share_one_compiled_step():
     B = OpenBall([0.0, 0.0], 1.0)
-    assert riemannian_adam(0.1, metric=Poincare(B)).key() == riemannian_adam(0.3, metric=Poincare(B)).key()
-    assert scale_by_riemannian_adam(0.1).key() != scale_by_riemannian_adam(0.1, metric=Poincare(B)).key()
+    structure = jax.tree_util.tree_structure  # what a compiled step is keyed by (numbers aside)
+    assert structure(riemannian_adam(0.1, metric=Poincare(B))) == structure(riemannian_adam(0.3, metric=Poincare(B)))
+    assert riemannian_adam(0.1, metric=Poincare(B)) != riemannian_adam(0.3, metric=Poincare(B))
+    assert structure(scale_by_riemannian_adam(0.1)) != structure(scale_by_riemannian_adam(0.1, metric=Poincare(B)))

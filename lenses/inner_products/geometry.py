@@ -37,6 +37,8 @@ with these per slot.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,10 +46,12 @@ import numpy as np
 from categories import Covector, OpenBall, OpenBox, Positive, Product, Space, Vector
 from categories.linear import unwrap
 
+from ..values import assign, static
 from .metrics import Metric, translate, vector_value
 from categories.errors import DomainError, KindError
 
-__all__ = ["SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric"]
+__all__ = ["SlotMetric", "LogBarrier", "Poincare", "BoxBarrier", "InteriorMetric",
+           "PositiveGeometry", "BallGeometry", "BoxGeometry"]
 
 
 def _eps(x):
@@ -56,7 +60,7 @@ def _eps(x):
 
 # -- the three geometries, on one slot -------------------------------------------------------
 
-class _Positive:
+class PositiveGeometry:
     """g_p = diag(1/p²) on Positive: the Hessian of −Σ log p_i."""
 
     @staticmethod
@@ -77,7 +81,7 @@ class _Positive:
         return jnp.where(v == 0, x, jnp.exp(s))  # a zero move leaves p_i bit for bit
 
 
-class _Ball:
+class BallGeometry:
     """g_x = λ(x)² I on OpenBall(c, r), λ(x) = 2r / (r² − ‖x − c‖²): the Poincaré metric."""
 
     @staticmethod
@@ -137,7 +141,7 @@ class _Ball:
         return jnp.where(jnp.all(v == 0), x, c + r * e)  # a zero move leaves x bit for bit
 
 
-class _Box:
+class BoxGeometry:
     """g_x = diag(1/(x−a)² + 1/(b−x)²) on OpenBox(a, b): the Hessian of its log barrier."""
 
     @staticmethod
@@ -191,21 +195,22 @@ class SlotMetric(Metric):
         (True, True)
     """
 
-    rules: dict = {}
+    rules: ClassVar[dict] = {}
+    space: Space | None = static()
 
     def __init__(self, space: Space | None = None):
         if space is not None and not isinstance(space, Space):
             raise KindError(f"{type(self).__name__}: space must be a Space (the parameter "
                             f"object, e.g. Positive(3)), got {space!r}")
-        self.space = space
+        assign(self, space=space)
 
-    def _map(self, S, leaf, euclid, *ts):
+    def map_slots(self, S, leaf, euclid, *ts):
         """`leaf(rule, S, *slot values)` on each slot whose space has a rule, `euclid(*values)`
         on every other slot (the point's tuple zipped with the product's factors)."""
         if isinstance(S, Product):
             x = ts[0]
             if isinstance(x, tuple) and len(x) == len(S.factors):
-                return tuple(self._map(f, leaf, euclid, *(t[i] for t in ts))
+                return tuple(self.map_slots(f, leaf, euclid, *(t[i] for t in ts))
                              for i, f in enumerate(S.factors))
             if _contains_kind(S, tuple(self.rules)):
                 raise DomainError(f"{self!r}: the point should be a tuple of {len(S.factors)} "
@@ -236,18 +241,18 @@ class SlotMetric(Metric):
     def weights(self, p, space: Space | None = None):
         """The diagonal of g_p, shaped like p (1 on Euclidean slots, None at R^0)."""
         S = space if space is not None else self._space()
-        return self._map(S, lambda rule, s, x: rule.weight(s, x),
+        return self.map_slots(S, lambda rule, s, x: rule.weight(s, x),
                          lambda x: jax.tree_util.tree_map(jnp.ones_like, x), p)
 
     def sharp(self, p, cov, ctx=None):
         S = self._space(cov)
-        out = self._map(S, lambda rule, s, x, c: c * rule.inverse(s, x), lambda x, c: c,
+        out = self.map_slots(S, lambda rule, s, x, c: c * rule.inverse(s, x), lambda x, c: c,
                         p, unwrap(cov))
         return Vector(out, getattr(cov, "space", None))
 
     def flat(self, p, vec, ctx=None):
         S = self._space(vec)
-        out = self._map(S, lambda rule, s, x, v: v * rule.weight(s, x), lambda x, v: v,
+        out = self.map_slots(S, lambda rule, s, x, v: v * rule.weight(s, x), lambda x, v: v,
                         p, vector_value(vec, f"{self!r}.flat"))
         return Covector(out, getattr(vec, "space", None))
 
@@ -260,7 +265,7 @@ class SlotMetric(Metric):
         if not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(p)):
             S.check(p, f"the point given to {self!r}.retract")  # a move starts inside
         v = vector_value(v, f"{self!r}.retract")  # a move along a vector, not a covector
-        moved = self._map(S, lambda rule, s, x, d: rule.retract(s, x, d),
+        moved = self.map_slots(S, lambda rule, s, x, d: rule.retract(s, x, d),
                           lambda x, d: translate(x, d), p, v)
         # In p's dtype, as the Euclidean move keeps it.
         return jax.tree_util.tree_map(lambda a, b: jnp.asarray(b).astype(jnp.asarray(a).dtype),
@@ -281,7 +286,7 @@ class LogBarrier(SlotMetric):
         [1.0, 4.0]
     """
 
-    rules = {Positive: _Positive}
+    rules = {Positive: PositiveGeometry}
 
 
 class Poincare(SlotMetric):
@@ -295,7 +300,7 @@ class Poincare(SlotMetric):
         [0.1406 0.    ]
     """
 
-    rules = {OpenBall: _Ball}
+    rules = {OpenBall: BallGeometry}
 
 
 class BoxBarrier(SlotMetric):
@@ -309,7 +314,7 @@ class BoxBarrier(SlotMetric):
         [1.]
     """
 
-    rules = {OpenBox: _Box}
+    rules = {OpenBox: BoxGeometry}
 
 
 class InteriorMetric(SlotMetric):
@@ -323,4 +328,4 @@ class InteriorMetric(SlotMetric):
         [[4.0], [1.0]]
     """
 
-    rules = {Positive: _Positive, OpenBall: _Ball, OpenBox: _Box}
+    rules = {Positive: PositiveGeometry, OpenBall: BallGeometry, OpenBox: BoxGeometry}

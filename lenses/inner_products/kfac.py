@@ -17,11 +17,12 @@ from categories import Vector
 from categories.errors import HyperparameterError, KindError
 
 from ..losses import loss_family
+from ..sites import at_path
+from ..values import assign, static
+from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
+from .kfac_model import adapted, rescaled
 from .metrics import covector_value, ravel
-from .natural import (Fisher, GaussNewton, _DataMetric, _data, _loss_hvp, _out_matrix, _space,
-                      output_fisher)
-from ..batched import batched
-from ..sites import Affine, at_path
+from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -38,7 +39,7 @@ class KFACState(NamedTuple):
         The state of `sharp(KFAC(...))`, the first part of `gd`, before any step: one (A, G)
         per affine layer, A on the input with a 1 appended for the bias (none here).
 
-        >>> s = gd(0.1, metric=KFAC(0.1, decay=0.95, model=linear(2, 1))).init(jnp.ones((1, 2)))
+        >>> s = gd(0.1, metric=KFAC(0.1, decay=0.95, model=linear(2, 1))).init(jnp.ones((1, 2)))[0]
         >>> int(s.count), round(float(s.damping), 4), [f.shape for f in s.factors[0]]
         (0, 0.1, [(2, 2), (1, 1)])
     """
@@ -52,59 +53,15 @@ class KFACState(NamedTuple):
     last: Any
 
 
-def _kind(site):
-    """How KFAC reads a parameterised slot, from what its lens declares: 'dense' (Affine with a
-    bias: x ↦ W x + b), 'linear' (Affine without: x ↦ W x) or None (nothing declared)."""
-    if isinstance(site.structure, Affine):
-        return "dense" if site.structure.bias else "linear"
-    return None
-
-
-def _to_theta(site, t):
-    """A dense slot's (W, b) as the matrix Θ = [W b] acting on ā = (a, 1); a linear slot's W
-    (a slot holding Wᵀ, `Affine(transposed=True)`, is transposed back)."""
-    W = t[0] if _kind(site) == "dense" else t
-    W = W.T if site.structure.transposed else W
-    return jnp.concatenate([W, t[1][:, None]], axis=1) if _kind(site) == "dense" else W
-
-
-def _from_theta(site, theta):
-    dense = _kind(site) == "dense"
-    W = theta[:, :-1] if dense else theta
-    W = W.T if site.structure.transposed else W
-    return (W, theta[:, -1]) if dense else W
-
-
-def _theta_to_ravel(site, m, n_in):
-    """Indices taking the row-major vec of Θ to `ravel` order of the slot (W, or Wᵀ when
-    transposed, row-major, then b); None when the two orders agree."""
-    dense, transposed = _kind(site) == "dense", site.structure.transposed
-    if not (dense or transposed):
-        return None
-    cols = n_in + 1 if dense else n_in
-    rows = jnp.arange(m)[:, None] * cols
-    W = rows + jnp.arange(n_in)[None, :]  # W[i, j]'s place in vec(Θ)
-    W = jnp.ravel(W.T if transposed else W)
-    return jnp.concatenate([W, rows[:, 0] + n_in]) if dense else W
-
-
-def _eig(factors):
-    """Per site (α, U_A, γ, U_G), the eigen-decompositions of (A, G), or None."""
-    out = []
-    for f in factors:
-        if f is None:
-            out.append(None)
-            continue
-        a, UA = jnp.linalg.eigh(f[0])
-        g, UG = jnp.linalg.eigh(f[1])
-        out.append((a, UA, g, UG))
-    return tuple(out)
-
-
-def _number(x, name):
+def _finite_float(x, name):
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         raise HyperparameterError(f"KFAC: {name} must be a finite number, got {x!r}")
     return float(x)
+
+
+def _choice(x, options, name):
+    if x not in options:
+        raise HyperparameterError(f"KFAC: {name} must be one of {options}, got {x!r}")
 
 
 def _period(x, name):
@@ -113,7 +70,7 @@ def _period(x, name):
     return x
 
 
-class KFAC(_DataMetric):
+class KFAC(DataMetric):
     """The Kronecker-factored Fisher of Martens & Grosse (2015), with their moving averages,
     update periods and adaptive damping.
 
@@ -215,47 +172,56 @@ class KFAC(_DataMetric):
         [[1. 1.]]
     """
 
+    curvature: str = static()
+    fallback: str = static()
+    output_fisher: Any = static()  # (z, v) ↦ F(z) v, or None for the loss family's own
+    decay: Any
+    factor_period: int = static()
+    inverse_period: int = static()
+    damping_period: int = static()
+    samples: int = static()
+    adapt_damping: bool = static()
+    omega: Any
+    min_damping: Any
+    max_damping: Any
+    sampler: Any = static()
+    seed: int = static()
+    model: Any = static()
+    tikhonov: str = static()
+    rescale: bool = static()
+
     def __init__(self, damping: float = 0.1, curvature: str = "fisher", fallback: str = "raise",
                  output_fisher=None, *, decay: float = 0.0, factor_period: int = 1,
                  inverse_period: int = 1, adapt_damping: bool = False, damping_period: int = 5,
                  omega: float | None = None, min_damping: float = 1e-8,
                  max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
                  model=None, tikhonov: str = "exact", rescale: bool = False):
-        damping = _number(damping, "damping")
+        damping, decay = _finite_float(damping, "damping"), _finite_float(decay, "decay")
+        _choice(curvature, CURVATURES, "curvature")
+        _choice(fallback, ("raise", "euclidean"), "fallback")
+        _choice(tikhonov, ("exact", "factored"), "tikhonov")
         if damping < 0:
             raise HyperparameterError(f"KFAC: damping must be ≥ 0, got {damping}")
-        if curvature not in CURVATURES:
-            raise HyperparameterError(f"KFAC: curvature must be one of {CURVATURES}, "
-                                      f"got {curvature!r}")
-        if fallback not in ("raise", "euclidean"):
-            raise HyperparameterError(f"KFAC: fallback must be 'raise' or 'euclidean', "
-                                      f"got {fallback!r}")
-        if tikhonov not in ("exact", "factored"):
-            raise HyperparameterError(f"KFAC: tikhonov must be 'exact' or 'factored', "
-                                      f"got {tikhonov!r}")
-        self.tikhonov, self.rescale = tikhonov, bool(rescale)
-        decay = _number(decay, "decay")
         if not 0 <= decay < 1:
             raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
-        self.damping, self.curvature, self.fallback = damping, curvature, fallback
-        self.output_fisher, self.decay = output_fisher, decay
-        self.factor_period = _period(factor_period, "factor_period")
-        self.inverse_period = _period(inverse_period, "inverse_period")
-        self.damping_period = _period(damping_period, "damping_period")
-        self.samples = _period(samples, "samples")
-        self.adapt_damping = bool(adapt_damping)
-        omega = (19 / 20) ** self.damping_period if omega is None else _number(omega, "omega")
+        damping_period = _period(damping_period, "damping_period")
+        omega = (19 / 20) ** damping_period if omega is None else _finite_float(omega, "omega")
         if not 0 < omega <= 1:
             raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
-        self.omega = omega
-        self.min_damping, self.max_damping = _number(min_damping, "min_damping"), \
-            _number(max_damping, "max_damping")
-        if not 0 <= self.min_damping <= self.max_damping:
+        low, high = _finite_float(min_damping, "min_damping"), _finite_float(max_damping, "max_damping")
+        if not 0 <= low <= high:
             raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got "
                                       f"{min_damping!r}, {max_damping!r}")
-        if self.adapt_damping and damping == 0:
+        if adapt_damping and damping == 0:
             raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
-        self.sampler, self.seed, self.model = sampler, int(seed), model
+        assign(self, damping=damping, curvature=curvature, fallback=fallback,
+               output_fisher=output_fisher, decay=decay,
+               factor_period=_period(factor_period, "factor_period"),
+               inverse_period=_period(inverse_period, "inverse_period"),
+               damping_period=damping_period, samples=_period(samples, "samples"),
+               adapt_damping=bool(adapt_damping), omega=omega, min_damping=low,
+               max_damping=high, sampler=sampler, seed=int(seed), model=model,
+               tikhonov=tikhonov, rescale=bool(rescale))
         options = [name for name, on in (
             ("decay", decay > 0), ("factor_period", self.factor_period > 1),
             ("inverse_period", self.inverse_period > 1), ("adapt_damping", self.adapt_damping),
@@ -275,7 +241,7 @@ class KFAC(_DataMetric):
         """The model's parameterised slots (`model.sites()`) and how each is read."""
         sites = model.sites()
         for site in sites:
-            if _kind(site) is None and self.fallback == "raise":
+            if site_kind(site) is None and self.fallback == "raise":
                 raise KindError(f"KFAC factors layers that declare an affine structure (such as "
                                 f"dense and linear); {site.lens.name} (parameters "
                                 f"{site.lens.param!r}) declares none: use "
@@ -300,11 +266,11 @@ class KFAC(_DataMetric):
     def _out_curvature(self, ctx):
         """(z, y, key) ↦ the (m, m) output-space matrix F_i of the chosen `curvature`."""
         if self.curvature == "gauss-newton":
-            hvp = _loss_hvp(ctx.loss)
-            return lambda z, y, key: _out_matrix(hvp, z, y)
+            hvp = loss_hvp(ctx.loss)
+            return lambda z, y, key: output_matrix(hvp, z, y)
         if self.curvature == "fisher":
             F = self._fisher(ctx)
-            return lambda z, y, key: _out_matrix(lambda z_, y_, v: F(z_, v), z, y)
+            return lambda z, y, key: output_matrix(lambda z_, y_, v: F(z_, v), z, y)
         value = loss_family(ctx.loss).value
         score = lambda z, y: ravel(jax.grad(value)(z, y))  # noqa: E731  ∇_z L_y(z)
         if self.curvature == "empirical":
@@ -323,9 +289,9 @@ class KFAC(_DataMetric):
         return self._run("_factors", p, key, ctx)
 
     def _factors(self, p, key, ctx):
-        n, s = _data(ctx, "KFAC")
+        n, s = data_scale(ctx, "KFAC")
         model, sites = ctx.model, self._layout(ctx.model)
-        idx = [i for i, site in enumerate(sites) if _kind(site)]
+        idx = [i for i, site in enumerate(sites) if site_kind(site)]
         curv, dtype = self._out_curvature(ctx), ravel(p).dtype
         key = jax.random.PRNGKey(self.seed) if key is None else key
 
@@ -341,7 +307,7 @@ class KFAC(_DataMetric):
             Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
             H = curv(z, y, k)
             abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)])
-                    if _kind(sites[i]) == "dense" else a for i, a in zip(idx, inputs)]
+                    if site_kind(sites[i]) == "dense" else a for i, a in zip(idx, inputs)]
             return abar, Bs, [H @ B for B in Bs]
 
         abar, Bs, HBs = jax.vmap(one)(ctx.x, ctx.y, jax.random.split(key, n))
@@ -378,13 +344,13 @@ class KFAC(_DataMetric):
                 continue
             a, UA, g, UG = e
             ev = self._eigenvalues(a, g, lam)
-            C = UG.T @ _to_theta(site, site.get(t)) @ UA
+            C = UG.T @ to_theta(site, site.get(t)) @ UA
             X = UG @ (C / ev if sharp else C * ev) @ UA.T
-            out = at_path(out, site.path, _from_theta(site, X))
+            out = at_path(out, site.path, from_theta(site, X))
         return out
 
     def _map(self, p, t, ctx, sharp):
-        eig = _eig(self._factors(p, None, ctx))
+        eig = eigen(self._factors(p, None, ctx))
         return self._apply(self._layout(ctx.model), eig, t, self.damping, sharp)
 
     def _sharp(self, p, g, ctx):
@@ -409,7 +375,7 @@ class KFAC(_DataMetric):
                              A + ca * jnp.eye(len(A), dtype=A.dtype))
             else:
                 M = jnp.kron(G, A) + self.damping * jnp.eye(d, dtype=A.dtype)
-            perm = _theta_to_ravel(site, site.lens.cod.shape[0], site.lens.dom.shape[0])
+            perm = theta_to_ravel(site, site.lens.cod.shape[0], site.lens.dom.shape[0])
             blocks.append(M if perm is None else M[perm][:, perm])
         return jax.scipy.linalg.block_diag(*blocks)
 
@@ -427,7 +393,7 @@ class KFAC(_DataMetric):
         factors: list = []
         eig: list = []
         for site in self._layout(self.model):
-            kind = _kind(site)
+            kind = site_kind(site)
             if kind is None:
                 factors.append(None)
                 eig.append(None)
@@ -452,12 +418,12 @@ class KFAC(_DataMetric):
             raise KindError(f"{self!r} keeps its factors in the state of its optimiser's sharp "
                             f"part, got {type(state).__name__}: step with train_step, or with "
                             "opt.step(state, ...) from state = opt.init(params)")
-        if [(s.path, _kind(s)) for s in ctx.model.sites()] != \
-                [(s.path, _kind(s)) for s in self.model.sites()]:
+        if [(s.path, site_kind(s)) for s in ctx.model.sites()] != \
+                [(s.path, site_kind(s)) for s in self.model.sites()]:
             raise KindError(f"{self!r} keeps the factors of {self.model.name}, but the step is "
                             f"taken on {ctx.model.name}, whose layers differ")
         x, new = self._run("_sharp_state", p, (g, state), ctx)
-        return Vector(x, _space(cov, ctx)), new
+        return Vector(x, space_of(cov, ctx)), new
 
     def _sharp_state(self, p, t, ctx):
         g, st = t
@@ -473,7 +439,7 @@ class KFAC(_DataMetric):
 
         factors, updates = lax.cond(count % self.factor_period == 0, fresh,
                                     lambda: (st.factors, st.updates))
-        eig = lax.cond(count % self.inverse_period == 0, lambda: _eig(factors), lambda: st.eig)
+        eig = lax.cond(count % self.inverse_period == 0, lambda: eigen(factors), lambda: st.eig)
         x = self._apply(sites, eig, g, lam, True)
         if not (self.rescale or self.adapt_damping):
             return x, KFACState(count + 1, updates, factors, eig, lam, key, None)
@@ -481,77 +447,24 @@ class KFAC(_DataMetric):
         if self.rescale:
             # δ₀ = θ − the previous step's point: the move actually taken (0 at the first step).
             d0 = tree_map(lambda a, b: jnp.where(count > 0, a - b, jnp.zeros_like(a)), p, st.last)
-            step, change = self._rescaled(p, g, direction, d0, lam, ctx)
+            step, change = rescaled(self, p, g, direction, d0, lam, ctx)
         else:
             step, change = direction, None
         if self.adapt_damping:
             due = (count + 1) % self.damping_period == 0
-            lam = lax.cond(due, lambda: self._adapted(p, g, step, change, lam, ctx)[0],
+            lam = lax.cond(due, lambda: adapted(self, p, g, step, change, lam, ctx)[0],
                            lambda: lam)
         last = p if self.rescale else None
         return tree_map(jnp.negative, step), KFACState(count + 1, updates, factors, eig, lam,
                                                        key, last)
-
-    def _curvature_metric(self, ctx):
-        """The exact curvature C of the quadratic model (undamped), matching `curvature`."""
-        if self.curvature == "gauss-newton":
-            return GaussNewton(0.0)
-        if self.curvature == "empirical":
-            return Fisher(0.0, empirical=True)
-        if self.output_fisher is None and not loss_family(ctx.loss).has_output_fisher:
-            return GaussNewton(0.0)  # "sampled" for a family with a sampler only
-        return Fisher(0.0, output_fisher=self.output_fisher)
-
-    def _damped_product(self, p, lam, ctx):
-        """v ↦ (C + λ I) v, flattened, C the exact curvature of the batch (matrix-free)."""
-        Cv = self._curvature_metric(ctx)._gram_matvec(p, ctx)
-        return lambda v: ravel(Cv(v)) + lam * ravel(v)
-
-    def _rescaled(self, p, g, direction, d0, lam, ctx):
-        """(δ, M(δ)): δ = αΔ + μδ₀ with (α, μ) minimising the quadratic model M of the batch
-        (`KFAC`'s docstring, `rescale`), and the model's value there."""
-        Cv = self._damped_product(p, lam, ctx)
-        D, d, grad = ravel(direction), ravel(d0), ravel(g)
-        CD, Cd = Cv(direction), Cv(d0)
-        a11, a12, a22 = D @ CD, D @ Cd, d @ Cd
-        b1, b2 = grad @ D, grad @ d
-        det = a11 * a22 - a12 * a12
-        # δ₀ = 0 or δ₀ ∥ Δ makes the system singular (to rounding): then α alone.
-        both = det > 1e3 * jnp.finfo(D.dtype).eps * a11 * a22
-        safe = jnp.where(both, det, 1.0)
-        alpha2, mu2 = (a12 * b2 - a22 * b1) / safe, (a12 * b1 - a11 * b2) / safe
-        alpha1 = jnp.where(a11 > 0, -b1 / jnp.where(a11 > 0, a11, 1.0), 0.0)
-        alpha, mu = jnp.where(both, alpha2, alpha1), jnp.where(both, mu2, 0.0)
-        step = tree_map(lambda u, v: alpha * u + mu * v, direction, d0)
-        change = (0.5 * (alpha * alpha * a11 + 2 * alpha * mu * a12 + mu * mu * a22)
-                  + alpha * b1 + mu * b2)
-        return step, change
-
-    def _adapted(self, p, g, step, change, lam, ctx):
-        """(λ after the Levenberg–Marquardt rule for the step δ = `step` from p, ρ), on the
-        batch of `ctx` (`KFAC`'s docstring). `change` is M(δ), or None to compute it."""
-        _, s = _data(ctx, "KFAC")
-        value, model = loss_family(ctx.loss).value, batched(ctx.model)
-
-        def h(q):
-            return s * jnp.sum(jax.vmap(value)(model.forward(ctx.x, q), ctx.y))
-
-        d = ravel(step)
-        if change is None:
-            change = ravel(g) @ d + 0.5 * d @ self._damped_product(p, lam, ctx)(step)
-        actual = h(tree_map(jnp.add, p, step)) - h(p)
-        rho = jnp.where(change < 0, actual / jnp.where(change < 0, change, 1.0), -jnp.inf)
-        rho = jnp.where(jnp.isnan(rho), -jnp.inf, rho)  # a loss that overflowed: raise λ
-        new = jnp.where(rho > 0.75, lam * self.omega, jnp.where(rho < 0.25, lam / self.omega, lam))
-        new = jnp.where(jnp.all(d == 0), lam, new)
-        return jnp.clip(new, self.min_damping, self.max_damping).astype(lam.dtype), rho
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v, default in (
             ("decay", self.decay, 0.0), ("factor_period", self.factor_period, 1),
             ("inverse_period", self.inverse_period, 1),
             ("adapt_damping", self.adapt_damping, False), ("tikhonov", self.tikhonov, "exact"),
-            ("rescale", self.rescale, False)) if v != default)
+            ("rescale", self.rescale, False))
+            if isinstance(v, jax.core.Tracer) or v != default)  # (traced inside a step: shown)
         return f"KFAC(damping={self.damping}, curvature={self.curvature!r}{extra})"
 
 

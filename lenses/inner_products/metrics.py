@@ -15,7 +15,6 @@ ignore it.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,6 +27,7 @@ from categories.errors import CovectorError, KindError, MetricError, SlotError, 
 from categories.linear import pairing, unwrap
 
 from ..losses import LossFamily, loss_family
+from ..values import Value, assign, static
 
 tree_map = jax.tree_util.tree_map
 
@@ -55,11 +55,14 @@ class Context:
             object.__setattr__(self, "loss", loss_family(self.loss))
 
 
-class Metric:
+class Metric(Value):
     """An inner product g_p on the tangent spaces of a parameter object (abstract).
 
     `sharp(p, cov, ctx)` takes a `Covector` (or its raw value, as `optax.chain` passes it)
-    and refuses a `Vector` (`CovectorError`).
+    and refuses a `Vector` (`CovectorError`). A metric is a value (`lenses.values.Value`):
+    its numbers (a damping, a diagonal's weights) are the leaves of a pytree, so a compiled
+    training step, which takes the optimiser holding it as an argument, traces them, and a
+    sweep over them compiles once.
 
     Examples:
         >>> class Halved(Metric):
@@ -69,21 +72,19 @@ class Metric:
         [1.0, 2.0]
     """
 
-    #: The names of the values a compiled training step takes as arguments rather than as
-    #: constants (a damping; a diagonal's weights): metrics equal but for them share one
-    #: compilation, so a sweep over them compiles once, as a sweep over learning rates does.
-    hyperparameters: tuple[str, ...] = ()
+    @property
+    def stateful(self) -> bool:
+        """Whether the metric keeps a memory in its optimiser's state (`init_state`,
+        `sharp_state`); none does but K-FAC with its model."""
+        return False
 
-    def hyper(self) -> dict:
-        """The values named in `hyperparameters` (numbers, or pytrees of arrays), by name."""
-        return {name: getattr(self, name) for name in self.hyperparameters}
+    def init_state(self, p):
+        """The memory of a stateful metric before the first step (`stateful`)."""
+        raise UnsupportedError(f"{type(self).__name__} keeps no state")
 
-    def rebuilt(self, hyper: dict) -> "Metric":
-        """This metric with the values `hyper` (traced, inside a compiled step; they were
-        checked when the metric was made)."""
-        metric = copy.copy(self)
-        vars(metric).update(hyper)
-        return metric
+    def sharp_state(self, p, cov, ctx, state):
+        """(p')♯ and the state after this step, for a stateful metric (`stateful`)."""
+        raise UnsupportedError(f"{type(self).__name__} keeps no state")
 
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
         raise UnsupportedError(f"{type(self).__name__} must implement sharp")
@@ -104,6 +105,40 @@ class Metric:
 
     def __repr__(self):
         return type(self).__name__ + "()"
+
+
+class Borrowed(Metric):
+    """An inner product given as an object that is not a `Metric` but has `sharp` (and, if
+    it has them, `flat` and `retract`): a constant of the training step, by identity.
+
+    Examples:
+        >>> from lenses.inner_products.metrics import Borrowed
+        >>> class Halves:
+        ...     def sharp(self, p, cov, ctx=None): return Vector(unwrap(cov) / 2)
+        >>> unwrap(Borrowed(Halves()).sharp(None, Covector(jnp.array([2.0])))).tolist()
+        [1.0]
+    """
+
+    given: Any = static()
+
+    def __init__(self, given):
+        self.given = given
+
+    def sharp(self, p, cov, ctx=None):
+        return self.given.sharp(p, cov, ctx)
+
+    # the optional capabilities of an object that is not a Metric: read where they are used
+    def flat(self, p, vec, ctx=None):
+        if not callable(getattr(self.given, "flat", None)):
+            raise UnsupportedError(f"{self.given!r} has no flat map")
+        return self.given.flat(p, vec, ctx)
+
+    def retract(self, p, v, space=None):
+        own = getattr(self.given, "retract", None)
+        return super().retract(p, v, space) if own is None else own(p, v, space)
+
+    def __repr__(self):
+        return repr(self.given)
 
 
 def covector_value(cov, who: str = "sharp"):
@@ -200,14 +235,14 @@ class Diagonal(Metric):
         [0.5, 1.0]
     """
 
-    # the weights are an argument of the compiled step: a Diagonal of other weights (another
-    # seed's frozen Fisher diagonal, a new scale) reuses the compilation
-    hyperparameters = ("weights",)
+    # the weights are leaves: a Diagonal of other weights (another seed's frozen Fisher
+    # diagonal, a new scale) reuses the compiled step
+    weights: Any
 
     def __init__(self, weights):
         for leaf in jax.tree_util.tree_leaves(weights):
             _real_weights(leaf, "Diagonal metric weights")
-        self.weights = weights
+        assign(self, weights=weights)
 
     def _apply(self, x, op):
         w = self.weights
@@ -244,6 +279,11 @@ class Constant(Metric):
         [1.  0.5]
     """
 
+    G: Any
+    L: Any
+    space: Space | None = static()
+    slot: int | None = static()
+
     def __init__(self, G, space: Space | None = None, slot: int | None = None):
         if not isinstance(G, jax.core.Tracer):
             try:
@@ -272,12 +312,12 @@ class Constant(Metric):
             raise KindError(f"Constant: space must be a Space (e.g. R(3)), got {space!r}")
         if slot is not None:
             slot = _slot(slot, space)
-        self.G, self.space, self.slot = G, space, slot
-        self.L = jnp.linalg.cholesky(G)
-        if not isinstance(self.L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(self.L))):
+        L = jnp.linalg.cholesky(G)
+        assign(self, G=G, L=L, space=space, slot=slot)
+        if not isinstance(L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(L))):
             raise MetricError("Constant metric needs a positive-definite matrix (Cholesky failed)")
-        eig = None if isinstance(self.L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
-        if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(self.L.dtype).eps * eig[-1]):
+        eig = None if isinstance(L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
+        if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(L.dtype).eps * eig[-1]):
             raise MetricError("Constant metric needs a positive-definite matrix (G is singular)")
 
     def _map(self, x, f):
@@ -341,5 +381,5 @@ def unflatten_like(flat, like):
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "ravel", "unflatten_like",
-           "covector_value", "translate"]
+__all__ = ["Metric", "Context", "Euclidean", "Diagonal", "Constant", "Borrowed", "ravel",
+           "unflatten_like", "covector_value", "translate"]

@@ -14,10 +14,10 @@ batch loss.
   `output_fisher` (a closed form: an exact expectation, no sampling) or the `output_fisher=`
   given to the metric. `empirical=True`: s Σ_i g_i g_iᵀ + λ I from the per-example
   parameter covectors g_i.
-- `KFAC` (`lenses.inner_products.kfac`): block diagonal over the layers that declare an affine structure
-  (`Affine`: dense, linear), each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`,
-  wherever they sit; with the moving averages, update periods and adaptive damping of
-  Martens & Grosse (2015).
+- `KFAC` (`lenses.inner_products.kfac`, built on this module, which does not import it):
+  block diagonal over the layers that declare an affine structure (`Affine`: dense, linear),
+  each block (G_l ⊗ A_l) + λ I; found by the model's `sites()`, wherever they sit; with
+  the moving averages, update periods and adaptive damping of Martens & Grosse (2015).
 
 Sharp maps solve G x = p' and never invert G: by Cholesky on the dense matrix for parameter
 objects of dimension ≤ `dense_max` (`solver="auto"`), else by conjugate gradients with the
@@ -31,23 +31,28 @@ categorical distribution unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 from categories import Covector, Vector
 from categories.linear import unwrap
 
-from ..losses import dL, loss_family
-from .metrics import Context, Metric, covector_value, ravel, unflatten_like
-from ..batched import batched
 from categories.errors import HyperparameterError, KindError, MetricError
+
+from ..losses import dL, loss_family
+from ..batched import batched
+from ..values import assign, static
+from .metrics import Context, Metric, covector_value, ravel, unflatten_like
 
 tree_map = jax.tree_util.tree_map
 
 
 # -- the data: scale and output-space curvature --------------------------------------------------
 
-def _data(ctx, who):
+def data_scale(ctx, who):
+    """(n, s): the batch's number of examples and the scale of the sum (1/n for "mean")."""
     if ctx is None or ctx.model is None or ctx.loss is None or ctx.x is None or ctx.y is None:
         raise KindError(f"{who} depends on the model and the data: pass "
                         "ctx=Context(model, loss_family, x, y, reduction)")
@@ -76,7 +81,7 @@ def output_fisher(family):
     return fam.output_fisher
 
 
-def _loss_hvp(family):
+def loss_hvp(family):
     """(z, y, v) ↦ H v, the Hessian of the loss L_y in the output z applied to v."""
     value = loss_family(family).value
 
@@ -85,7 +90,7 @@ def _loss_hvp(family):
     return hvp
 
 
-def _out_matrix(hvp, z, y):
+def output_matrix(hvp, z, y):
     """The output-space curvature as an (m, m) matrix on the flattened output (m = z.size)."""
     m = jnp.size(z)
     cols = jax.vmap(lambda e: ravel(hvp(z, y, unflatten_like(e, z))))(jnp.eye(m, dtype=z.dtype))
@@ -100,7 +105,8 @@ def _finite(tree):
     return all(bool(jnp.all(jnp.isfinite(a))) for a in leaves)
 
 
-def _space(cov, ctx):
+def space_of(cov, ctx):
+    """The parameter object a (co)vector lives on: its own, else the model's."""
     return getattr(cov, "space", None) or (ctx.model.param if ctx is not None else None)
 
 
@@ -114,35 +120,32 @@ def _hashable(family):
     return family
 
 
-class _DataMetric(Metric):
-    """A metric read off the model and the batch. `sharp`, `flat` and `matrix` run through one
-    compiled function per (method, model, loss family, reduction), with the parameter point,
-    the (co)vector and the batch as traced arguments: called eagerly they cost one compilation,
-    not the op-by-op evaluation of per-example Jacobians; inside a `jit` they inline."""
+class DataMetric(Metric):
+    """A metric read off the model and the batch, damped by λ = `damping` (a leaf). `sharp`,
+    `flat` and `matrix` run through one compiled function per (method, model, loss family,
+    reduction), with the metric itself, the parameter point, the (co)vector and the batch as
+    traced arguments: called eagerly they cost one compilation (shared by metrics of other
+    numbers), not the op-by-op evaluation of per-example Jacobians; inside a `jit` they inline.
+    """
 
     _MAX_COMPILED = 16
-    hyperparameters = ("damping",)
-
-    def rebuilt(self, hyper):
-        metric = super().rebuilt(hyper)
-        vars(metric).pop("_compiled", None)  # its functions close over the old numbers
-        return metric
+    damping: Any
 
     def _run(self, method, p, t, ctx):
-        _data(ctx, type(self).__name__)
+        data_scale(ctx, type(self).__name__)
         loss = loss_family(ctx.loss)
         loss.check_targets(ctx.y, getattr(ctx.model, "cod", None))
-        cache = self.__dict__.setdefault("_compiled", {})
+        cache = self.__dict__.setdefault("_compiled", {})  # a cache, not a field of the value
         # Keyed by the family's value (type and configuration): equal families, however often
         # made afresh, share one compiled function.
         key = (method, ctx.model, _hashable(loss), ctx.reduction)
         if key not in cache:
-            impl, model, reduction = getattr(self, method), ctx.model, ctx.reduction
+            model, reduction = ctx.model, ctx.reduction
             if len(cache) >= self._MAX_COMPILED:
                 cache.pop(next(iter(cache)))
-            cache[key] = jax.jit(
-                lambda p, t, x, y: impl(p, t, Context(model, loss, x, y, reduction)))
-        return cache[key](p, t, ctx.x, ctx.y)
+            cache[key] = jax.jit(lambda metric, p, t, x, y: getattr(metric, method)(
+                p, t, Context(model, loss, x, y, reduction)))
+        return cache[key](self, p, t, ctx.x, ctx.y)
 
     def sharp(self, p, cov, ctx=None):
         g = covector_value(cov, f"{self!r}.sharp")
@@ -150,10 +153,10 @@ class _DataMetric(Metric):
         if _finite(g) is True and _finite(x) is False:  # concrete values only, not under jit
             raise MetricError(f"{self!r} is not positive definite here (the solve failed): "
                              "add damping, or use more examples than parameters")
-        return Vector(x, _space(cov, ctx))
+        return Vector(x, space_of(cov, ctx))
 
     def flat(self, p, vec, ctx=None):
-        return Covector(self._run("_flat", p, unwrap(vec), ctx), _space(vec, ctx))
+        return Covector(self._run("_flat", p, unwrap(vec), ctx), space_of(vec, ctx))
 
     def matrix(self, p, ctx):
         """The metric's matrix in the coordinates of `ravel(p)`."""
@@ -162,7 +165,7 @@ class _DataMetric(Metric):
 
 # -- Gauss–Newton and Fisher ---------------------------------------------------------------------
 
-class GaussNewton(_DataMetric):
+class GaussNewton(DataMetric):
     """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss.
 
     Examples:
@@ -175,22 +178,27 @@ class GaussNewton(_DataMetric):
         [[1. 1.]]
     """
 
+    solver: str = static()
+    cg_iters: int = static()
+    cg_tol: float = static()
+    dense_max: int = static()
+
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
         if damping < 0:
             raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
         if solver not in ("auto", "dense", "cg"):
             raise HyperparameterError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
-        self.damping, self.solver = float(damping), solver
-        self.cg_iters, self.cg_tol, self.dense_max = cg_iters, cg_tol, dense_max
+        assign(self, damping=float(damping), solver=solver, cg_iters=cg_iters, cg_tol=cg_tol,
+               dense_max=dense_max)
 
     # The curvature of the loss in the output: (z, y, v) ↦ H_y(z) v.
     def _curvature(self, ctx):
-        return _loss_hvp(ctx.loss)
+        return loss_hvp(ctx.loss)
 
-    def _gram_matvec(self, p, ctx):
-        """v ↦ s Σ_i J_iᵀ H_i J_i v (undamped), matrix-free."""
-        _, s = _data(ctx, type(self).__name__)
+    def gram_matvec(self, p, ctx):
+        """v ↦ s Σ_i J_iᵀ H_i J_i v (undamped), matrix-free (`KFAC`'s quadratic model uses it)."""
+        _, s = data_scale(ctx, type(self).__name__)
         hvp = jax.vmap(self._curvature(ctx))
         model, X, Y = batched(ctx.model), ctx.x, ctx.y
         Z, jvp = jax.linearize(lambda q: model.forward(X, q), p)  # forward once, reused by CG
@@ -204,13 +212,13 @@ class GaussNewton(_DataMetric):
 
     def _gram(self, p, ctx):
         """s Σ_i J_iᵀ H_i J_i as a (d, d) matrix in `ravel(p)` coordinates (undamped)."""
-        _, s = _data(ctx, type(self).__name__)
+        _, s = data_scale(ctx, type(self).__name__)
         curv = self._curvature(ctx)
         model, theta = ctx.model, ravel(p)
         out = lambda th, x: ravel(model.forward(x, unflatten_like(th, p)))  # noqa: E731
         J = jax.vmap(jax.jacrev(out), (None, 0))(theta, ctx.x)  # (n, m, d)
         Z = jax.vmap(lambda x: model.forward(x, p))(ctx.x)
-        H = jax.vmap(lambda z, y: _out_matrix(curv, z, y))(Z, ctx.y)  # (n, m, m)
+        H = jax.vmap(lambda z, y: output_matrix(curv, z, y))(Z, ctx.y)  # (n, m, m)
         return s * jnp.einsum("imd,imk,ike->de", J, H, J)
 
     def _matrix(self, p, _, ctx):
@@ -225,13 +233,13 @@ class GaussNewton(_DataMetric):
             L = jnp.linalg.cholesky(self._matrix(p, None, ctx))
             x = jax.scipy.linalg.cho_solve((L, True), ravel(g))
         else:
-            mv, lam = self._gram_matvec(p, ctx), self.damping
+            mv, lam = self.gram_matvec(p, ctx), self.damping
             A = lambda u: ravel(mv(unflatten_like(u, g))) + lam * u  # noqa: E731
             x, _ = jax.scipy.sparse.linalg.cg(A, ravel(g), tol=self.cg_tol, maxiter=self.cg_iters)
         return unflatten_like(x, g)
 
     def _flat(self, p, v, ctx):
-        return tree_map(lambda a, b: a + self.damping * b, self._gram_matvec(p, ctx)(v), v)
+        return tree_map(lambda a, b: a + self.damping * b, self.gram_matvec(p, ctx)(v), v)
 
     def __repr__(self):
         return f"{type(self).__name__}(damping={self.damping}, solver={self.solver!r})"
@@ -251,14 +259,17 @@ class Fisher(GaussNewton):
         [[1. 1.]]
     """
 
+    empirical: bool = static()
+    output_fisher: Any = static()  # (z, v) ↦ F(z) v, or None for the loss family's own
+
     def __init__(self, damping: float = 1e-3, empirical: bool = False, output_fisher=None, **kw):
         super().__init__(damping, **kw)
-        self.empirical, self._output_fisher = empirical, output_fisher
+        assign(self, empirical=empirical, output_fisher=output_fisher)
 
     # E_y[∇_z log p ∇_z log pᵀ] = F_out(z) for the families' exponential-family distributions,
     # so the exact Fisher is the Gauss–Newton form with F_out in place of the loss Hessian.
     def _curvature(self, ctx):
-        F = self._output_fisher or output_fisher(ctx.loss)
+        F = self.output_fisher or output_fisher(ctx.loss)
         return lambda z, y, v: F(z, v)
 
     def _covectors(self, p, ctx):
@@ -271,17 +282,17 @@ class Fisher(GaussNewton):
 
         return jax.vmap(one)(ctx.x, ctx.y)
 
-    def _gram_matvec(self, p, ctx):
+    def gram_matvec(self, p, ctx):
         if not self.empirical:
-            return super()._gram_matvec(p, ctx)
-        _, s = _data(ctx, "Fisher")
+            return super().gram_matvec(p, ctx)
+        _, s = data_scale(ctx, "Fisher")
         Gs = self._covectors(p, ctx)
         return lambda v: unflatten_like(s * (Gs.T @ (Gs @ ravel(v))), v)
 
     def _gram(self, p, ctx):
         if not self.empirical:
             return super()._gram(p, ctx)
-        _, s = _data(ctx, "Fisher")
+        _, s = data_scale(ctx, "Fisher")
         Gs = self._covectors(p, ctx)
         return s * (Gs.T @ Gs)
 
@@ -289,8 +300,5 @@ class Fisher(GaussNewton):
         return f"Fisher(damping={self.damping}, empirical={self.empirical}, solver={self.solver!r})"
 
 
-# -- KFAC (its own module, built on the classes above) ------------------------------------------
-
-from .kfac import KFAC  # noqa: E402  (kfac imports this module's names, defined above)
-
-__all__ = ["GaussNewton", "Fisher", "KFAC", "output_fisher"]
+__all__ = ["DataMetric", "GaussNewton", "Fisher", "output_fisher", "data_scale", "loss_hvp",
+           "output_matrix", "space_of"]

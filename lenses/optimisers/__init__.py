@@ -20,20 +20,23 @@ lens `Optimiser`, `chain`, and `Update`, the class of the update map that `gd` r
 `shorthands` (gd, momentum, nesterov, adagrad, adam, from_optax), `faults` (refused steps and
 backtracking; their errors are the catalogue's, `lenses.errors`).
 
-States are pytrees (NamedTuples) with parameter-shaped leaves and None at R^0 slots.
+Optimisers, their parts and inner products are values (`lenses.values.Value`): immutable
+pytrees whose leaves are their numbers. An optimiser's state is the tuple of its parts'
+states (NamedTuples with parameter-shaped leaves and None at R^0 slots), as `optax.chain`
+keeps it.
 """
 
 from .faults import (check_params, finite_flags, raise_non_finite, raise_outside,
                      slot_names)
 from .lens import Optimiser, chain
-from .parts import (AdagradState, AdamState, EmptyState, MomentumState, Part, Sharp, is_part,
-                    scale_by_adagrad, scale_by_adam, scale_by_learning_rate, scale_by_momentum,
-                    sharp)
+from .parts import (AdagradState, AdamState, EmptyState, Foreign, MomentumState, Part, Sharp,
+                    is_part, scale_by_adagrad, scale_by_adam, scale_by_learning_rate,
+                    scale_by_momentum, sharp)
 from .shorthands import adagrad, adam, from_optax, gd, momentum, nesterov
 from .riemannian import RiemannianAdamState, riemannian_adam, scale_by_riemannian_adam
 
 __all__ = ["Optimiser", "chain", "gd", "momentum", "nesterov", "adagrad",
-           "adam", "from_optax", "Part", "Sharp", "sharp",
+           "adam", "from_optax", "Part", "Foreign", "Sharp", "sharp",
            "scale_by_momentum", "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate",
            "EmptyState", "MomentumState", "AdagradState", "AdamState",
            "riemannian_adam", "scale_by_riemannian_adam", "RiemannianAdamState"]

@@ -85,12 +85,12 @@ def raise_non_finite(cov_ok, new_ok, names) -> None:
                          "and the parameters are left as they were")
 
 
-def _is_concrete(x) -> bool:
+def is_concrete(x) -> bool:
     """Every leaf has a value now (not a tracer inside jit/vmap/grad)."""
     return not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(x))
 
 
-def _backtrack(space, p, p_new, inside, max_halvings):
+def backtrack(space, p, p_new, inside, max_halvings):
     """Halve the move p'' − p until p + t (p'' − p) lies in `space` (at most max_halvings)."""
     move = tree_map(lambda a, b: b - a, p, p_new)
 
@@ -111,5 +111,5 @@ def _backtrack(space, p, p_new, inside, max_halvings):
     return p_out, ok
 
 
-__all__ = ["slot_names", "check_params", "finite_flags",
-           "raise_outside", "raise_non_finite"]
+__all__ = ["slot_names", "check_params", "finite_flags", "raise_outside", "raise_non_finite",
+           "is_concrete", "backtrack"]

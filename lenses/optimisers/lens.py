@@ -14,9 +14,10 @@ exponential map or a retraction for those that know their open set (`lenses.inne
 which stays inside it by construction; each part's state advances. The move is the one
 place the point changes, so every rule composes with every geometry.
 
-The state holds the states of the parts that hold anything (a leaf): none → `EmptyState()`,
-one → that part's state (so momentum's state is a `MomentumState`, Adam's an `AdamState`),
-several → a tuple of them in chain order.
+An optimiser is a value (`lenses.values.Value`): an immutable pytree whose leaves are its
+parts' numbers (learning rate, momentum, its inner product's damping, ...) and whose structure
+is the rest (the parts' kinds, the lookahead, the fault policy). Its state is a tuple of its
+parts' states in chain order, as `optax.chain` keeps it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from categories import Covector, Smooth, Space, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError
@@ -33,23 +33,12 @@ from categories.linear import unwrap
 from categories.slots import euclidean_space_of, slot_mismatch, slots
 from categories.spaces import euclidean
 
-from ..inner_products.metrics import translate
-from .faults import (_backtrack, _is_concrete, check_params, finite_flags, raise_non_finite,
+from ..values import Value, assign, static
+from .faults import (backtrack, check_params, finite_flags, is_concrete, raise_non_finite,
                      raise_outside)
-from .parts import (EmptyState, Sharp, _Identity, check_learning_rate, is_part, value_key,
-                    scale_by_learning_rate, sharp)
+from .parts import Sharp, as_part, check_learning_rate, is_part, scale_by_learning_rate, sharp
 
 tree_map = jax.tree_util.tree_map
-
-
-def _move(metric, p, v, space):
-    """The point reached from p along v: the metric's `retract` (p + v when it has none)."""
-    retract = getattr(metric, "retract", None)
-    return translate(p, v) if retract is None else retract(p, v, space)
-
-
-def _shape_of(p):
-    return tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), p)
 
 
 def _check_parts(parts) -> tuple:
@@ -69,10 +58,10 @@ def _check_parts(parts) -> tuple:
         if isinstance(part, Sharp):
             raise KindError(f"part {i} is {part!r}, but only the first part sharpens: after it "
                             "the parts act on vectors")
-    return parts
+    return tuple(as_part(part) for part in parts)
 
 
-class Optimiser:
+class Optimiser(Value):
     """A lens (S × P) ⇄ (P, P*): get = `lookahead`, put = `step` (the parts in order).
 
     `parts`: `sharp(metric)`, then any parts (the library's or optax transformations).
@@ -81,11 +70,12 @@ class Optimiser:
     `on_domain_error`: "raise" (DomainError) or "backtrack" (halve the move, at most
     `max_halvings` times) when the new point leaves the open parameter object.
 
-    The state holds the states of the parts that hold anything (see the module docstring);
-    the lookahead with `lookahead=True` calls the parts after sharp without `ctx`.
+    The state is the tuple of the parts' states; the lookahead with `lookahead=True` calls
+    the parts after sharp without `ctx`.
 
-    Optimisers are equal by value: the same parts with the same numbers (`key` leaves the
-    numbers out: optimisers with equal keys share a compiled training step).
+    An optimiser is an immutable pytree: its leaves are its numbers, its structure the rest.
+    Optimisers are equal by value; those of one structure (their numbers aside) share a
+    compiled training step, which takes the optimiser as an argument.
 
     Examples:
         Adam's first step moves each coordinate by the learning rate against the sign of
@@ -96,9 +86,16 @@ class Optimiser:
         >>> s, p = opt.step(opt.init(p), p, Covector(jnp.array([3.0, -0.5])))
         >>> p.round(4).tolist()
         [-0.1, 0.1]
-        >>> adam(0.1) == adam(0.1), adam(0.1) == adam(0.2), adam(0.1).key() == adam(0.2).key()
-        (True, False, True)
+        >>> same = jax.tree_util.tree_structure(adam(0.1)) == jax.tree_util.tree_structure(adam(0.2))
+        >>> adam(0.1) == adam(0.1), adam(0.1) == adam(0.2), same, jax.tree_util.tree_leaves(adam(0.1))
+        (True, False, True, [0.9, 0.999, 1e-08, 0.1])
     """
+
+    parts: tuple
+    lookahead_at: bool | Callable = static()
+    on_domain_error: str = static()
+    max_halvings: int = static()
+    name: str = static()
 
     def __init__(self, parts: Sequence, lookahead: bool | Callable = False,
                  on_domain_error: str = "raise", max_halvings: int = 30,
@@ -110,100 +107,54 @@ class Optimiser:
         if not (isinstance(lookahead, bool) or callable(lookahead)):
             raise KindError(f"lookahead must be True, False or a callable (s, p) -> point, "
                             f"got {lookahead!r}")
-        self.parts = _check_parts(parts)
-        self.metric = self.parts[0].metric
-        self._look = lookahead
-        self.on_domain_error, self.max_halvings = on_domain_error, max_halvings
-        self.name = name if name is not None else "chain"
+        assign(self, parts=_check_parts(parts), lookahead_at=lookahead,
+               on_domain_error=on_domain_error, max_halvings=max_halvings,
+               name=name if name is not None else "chain")
 
-    # -- equality by value, hyperparameters as values ---------------------------------------
-    def key(self):
-        """What a compiled step depends on: the parts' builders (their numbers excluded), the
-        lookahead and the fault policy. Optimisers with equal keys share compiled steps."""
-        look = self._look if isinstance(self._look, bool) else ("id", _Identity(self._look))
-        return (tuple(_part_key(part) for part in self.parts), look, self.on_domain_error,
-                self.max_halvings)
-
-    def hyperparams(self) -> tuple:
-        """The values the compiled step takes as arguments: one dict per part (learning
-        rate, momentum, Adam's b1, b2, eps, a metric's damping, ...), each number a Python
-        float; a diagonal metric's weights as given (a pytree of arrays)."""
-        return tuple({k: _number(v) for k, v in getattr(part, "hyper", {}).items()}
-                     for part in self.parts)
-
-    def with_hyperparams(self, hyper) -> "Optimiser":
-        """This optimiser with the numbers `hyper` (traced values, inside a compiled step)."""
-        parts = [part.rebuilt(h) if getattr(part, "build", None) is not None else part
-                 for part, h in zip(self.parts, hyper)]
-        return Optimiser(parts, self._look, self.on_domain_error, self.max_halvings, self.name)
-
-    def __eq__(self, other):
-        return isinstance(other, Optimiser) and self.key() == other.key() and \
-            value_key(self.hyperparams()) == value_key(other.hyperparams())
-
-    def __hash__(self):
-        return hash(self.key())
-
-    # -- the state: one entry per part that holds anything ---------------------------------
-    def _kept(self, states) -> list[int]:
-        return [i for i, st in enumerate(states) if jax.tree_util.tree_leaves(st)]
-
-    @staticmethod
-    def _pack(kept_states):
-        if not kept_states:
-            return EmptyState()
-        return kept_states[0] if len(kept_states) == 1 else tuple(kept_states)
-
-    def _unpack(self, s, p) -> list:
-        """Every part's state from the optimiser's state s (leafless ones rebuilt from p)."""
-        shapes = [jax.eval_shape(part.init, _shape_of(p)) for part in self.parts]
-        kept = self._kept(shapes)
-        given = [] if not kept else [s] if len(kept) == 1 else list(s)
-        if len(given) != len(kept):
-            raise KindError(f"the state of {self!r} should hold {len(kept)} part states, got "
-                            f"a {type(s).__name__} of {len(given)}")
-        states = dict(zip(kept, given))
-        return [states[i] if i in states else
-                jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(sh), [])
-                for i, sh in enumerate(shapes)]
+    @property
+    def metric(self):
+        """The inner product of the first part, `sharp(metric)`."""
+        return self.parts[0].metric
 
     def init(self, p):
-        """The initial state s₀ for the point p."""
-        states = [part.init(p) for part in self.parts]
-        return self._pack([states[i] for i in self._kept(states)])
+        """The initial state s₀ for the point p: the tuple of the parts' initial states."""
+        return tuple(part.init(p) for part in self.parts)
+
+    def _states(self, s) -> tuple:
+        if not isinstance(s, tuple) or len(s) != len(self.parts):
+            raise KindError(f"the state of {self!r} is a tuple of its {len(self.parts)} parts' "
+                            f"states (from opt.init(params)), got {type(s).__name__}"
+                            + (f" of {len(s)}" if isinstance(s, tuple) else ""))
+        return s
 
     # -- the forward part ------------------------------------------------------------------
     def lookahead(self, s, p, space: Space | None = None):
         """The forward part: where the covector is taken (p, unless a lookahead was asked for).
 
         `space`, the parameter object, is what a metric's `retract` reads its slots from."""
-        if self._look is False:
+        if self.lookahead_at is False:
             return p
-        if self._look is not True:
-            return self._look(s, p)
-        states = self._unpack(s, p)
+        if self.lookahead_at is not True:
+            return self.lookahead_at(s, p)
+        states = self._states(s)
         v = tree_map(jnp.zeros_like, p)  # the sharp part, linear, sends 0 to 0
         for part, st in zip(self.parts[1:], states[1:]):
             v, _ = part.update(v, st, p)
-        return _move(self.metric, p, v, space)
+        return self.retract(p, v, space)
 
     get = lookahead
 
     # -- the backward part -----------------------------------------------------------------
     def _run(self, s, p, p_cov, ctx, space=None):
         """(s', the chain's output vector) for the covector p' taken at the lookahead point."""
-        states = self._unpack(s, p)
+        states = self._states(s)
         at = self.lookahead(s, p, space)
         v, new = p_cov, []
         for part, st in zip(self.parts, states):
-            if isinstance(part, Sharp):
-                v, st = part.update(v, st, at, ctx=ctx)
-            elif isinstance(part, optax.GradientTransformationExtraArgs):
-                v, st = part.update(v, st, p, ctx=ctx)
-            else:
-                v, st = part.update(v, st, p)
+            # sharp at the point where the covector was taken; the rules at p
+            v, st = part.update(v, st, at if isinstance(part, Sharp) else p, ctx=ctx)
             new.append(st)
-        return self._pack([new[i] for i in self._kept(new)]), v
+        return tuple(new), v
 
     def move(self, s, p, p_cov, ctx=None, space: Space | None = None):
         """Traceable: (s', v), the new state and the move v; the new point is
@@ -212,7 +163,7 @@ class Optimiser:
 
     def retract(self, p, v, space: Space | None = None):
         """The point reached from p along the move v (the metric's retraction)."""
-        return _move(self.metric, p, v, space)
+        return self.metric.retract(p, v, space)
 
     def propose(self, s, p, p_cov, ctx=None, space: Space | None = None):
         """Traceable step: (s', p'', inside) with inside a boolean (True where nothing is known)."""
@@ -223,7 +174,7 @@ class Optimiser:
             return s_new, p_new, jnp.asarray(True)
         inside = space.indicator(p_new)
         if self.on_domain_error == "backtrack":
-            p_new, inside = _backtrack(space, p, p_new, inside, self.max_halvings)
+            p_new, inside = backtrack(space, p, p_new, inside, self.max_halvings)
         return s_new, p_new, inside
 
     def step(self, s, p, p_cov, ctx=None, space: Space | None = None):
@@ -237,7 +188,7 @@ class Optimiser:
             check_params(space, p)
         check_covector(p, p_cov, space)
         s_new, p_new, inside = self.propose(s, p, p_cov, ctx, space)
-        if _is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at
+        if is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at
             cov_ok, new_ok = finite_flags(unwrap(p_cov), space), finite_flags(p_new, space)
             if not (bool(jnp.all(cov_ok)) and bool(jnp.all(new_ok))):
                 raise_non_finite(list(cov_ok), list(new_ok), None)
@@ -254,25 +205,9 @@ class Optimiser:
                 " (pass on_domain_error='backtrack' to shorten the step instead)")
 
     def __repr__(self):
-        look = "" if self._look is False else f", lookahead={self._look!r}"
+        look = "" if self.lookahead_at is False else f", lookahead={self.lookahead_at!r}"
         name = "" if self.name == "chain" else f", name={self.name!r}"
         return f"chain({', '.join(map(repr, self.parts))}{look}{name})"
-
-
-def _number(v):
-    """A hyperparameter as the compiled step takes it: a number as a Python float, a pytree of
-    arrays (a diagonal's weights) as it is."""
-    return float(v) if isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0 else v
-
-
-def _part_key(part):
-    """A part's own key, or, for a foreign transformation (optax's), its `update` by value
-    (`value_key`: what the compiled step calls) and the code of its `init` (the state's form)."""
-    key = getattr(part, "key", None)
-    if callable(key):
-        return key()
-    init = getattr(part.init, "__code__", None)
-    return ("update", value_key(part.update), init if init is not None else _Identity(part.init))
 
 
 def check_covector(p, p_cov, space: Space | None = None) -> None:
@@ -314,8 +249,8 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
 
     Examples:
         >>> opt = chain(sharp(), scale_by_learning_rate(0.5))
-        >>> opt == gd(0.5), opt.hyperparams()
-        (True, ({}, {'lr': 0.5}))
+        >>> opt == chain(sharp(), scale_by_learning_rate(0.5)), jax.tree_util.tree_leaves(opt)
+        (True, [0.5])
     """
     return Optimiser(parts, lookahead, on_domain_error, max_halvings, name)
 
@@ -334,14 +269,18 @@ class Update(Optimiser):
             raise KindError("gd takes a fixed learning rate (u has no state); for a "
                             "schedule use chain(sharp(metric), scale_by_learning_rate(schedule))")
         check_learning_rate(lr)
-        self.lr = lr
         super().__init__([first, scale_by_learning_rate(lr)], False, on_domain_error,
                          max_halvings, "gd")
+
+    @property
+    def lr(self):
+        """The learning rate η (a leaf of the last part)."""
+        return self.parts[1].lr
 
     def __call__(self, p, p_cov, ctx=None, space: Space | None = None):
         """u(p) for the covector p' taken at p (a `Covector` shaped like p; a `Vector` or a
         raw array is refused, `CovectorError`): the new point."""
-        return self.step(EmptyState(), p, p_cov, ctx, space)[1]
+        return self.step(self.init(p), p, p_cov, ctx, space)[1]
 
     def reparameterise(self, model, p, p_cov, ctx=None):
         """((P, f ∘ (1 × u)), u(p)) with u the move q ↦ q + (u(p) − p) = q − η (p')♯ taken at p.

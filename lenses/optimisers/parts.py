@@ -1,19 +1,22 @@
 """The parts an optimiser is chained from: sharp, a rule, the learning rate.
 
-A part is anything with the two functions of an optax transformation,
+A part is a value (`lenses.values.Value`: an immutable pytree whose numbers are leaves) with
+the two methods of an optax transformation,
 
     init(params) -> state
     update(updates, state, params=None, **extra) -> (updates', state'),
 
-acting on vectors (pytrees shaped like the parameter point, None at R^0 slots). Every
-`optax.GradientTransformation` is therefore a part, and every part below is an
-`optax.GradientTransformationExtraArgs` (so it also goes into `optax.chain`). Parts that are
-`GradientTransformationExtraArgs` receive the extra keyword argument `ctx` (a `Context`, for
-data-dependent metrics); plain `GradientTransformation`s are called without it.
+acting on vectors (pytrees shaped like the parameter point, None at R^0 slots). Its numbers
+(a learning rate, a momentum, Adam's b1, b2, eps, its inner product's damping) are fields,
+read by `update` from the part itself: given to a compiled function, they are traced, and
+parts that differ only in their numbers share its compilation. Every part is also an
+`optax.GradientTransformationExtraArgs`, so it goes into `optax.chain`, which passes it the
+extra keyword argument `ctx` (a `Context`, for data-dependent metrics).
 
 The first part of an optimiser is always `sharp(metric)`: it turns the covector p' into the
 vector (p')♯ (a covector is not a vector). The rule parts then act on vectors, and
 `scale_by_learning_rate(lr)` multiplies by −lr; the optimiser adds the result to the point.
+An optax transformation (a pair of closures over its numbers) becomes the part `Foreign`.
 
 Where optax's own implementation gives the library's numbers bit for bit it is used
 (`scale_by_adagrad` is `optax.scale_by_rss`, `scale_by_learning_rate` is optax's); Adam's bias
@@ -23,21 +26,19 @@ under another name, so `scale_by_adam` and `scale_by_momentum` are written here.
 
 from __future__ import annotations
 
-import functools
 import math
-import types
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from categories import Covector, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError
 from categories.linear import unwrap
 
-from ..inner_products.metrics import Euclidean, Metric
+from ..inner_products.metrics import Borrowed, Euclidean, Metric
+from ..values import Identity, Value, assign, static, structure_key
 
 tree_map = jax.tree_util.tree_map
 
@@ -45,7 +46,7 @@ tree_map = jax.tree_util.tree_map
 # -- states ----------------------------------------------------------------------------------
 
 class EmptyState(NamedTuple):
-    """The state of a stateless part or optimiser: S = R^0."""
+    """The state of a stateless part: S = R^0."""
 
 
 class MomentumState(NamedTuple):
@@ -68,93 +69,103 @@ class AdamState(NamedTuple):
 
 # -- the part protocol -----------------------------------------------------------------------
 
-class Part(optax.GradientTransformationExtraArgs):
-    """A part of an optimiser: the pair (init, update) of an optax transformation, with a name.
+class Part(Value, optax.GradientTransformationExtraArgs):
+    """A part of an optimiser: an immutable pytree with `init(params) -> state` and
+    `update(updates, state, params=None, **extra) -> (updates', state')`.
 
-    `init(params) -> state`; `update(updates, state, params=None, **extra) -> (updates', state')`.
-    Being an `optax.GradientTransformationExtraArgs`, a part also goes into `optax.chain`.
+    Its numbers are its fields (leaves); `static()` fields are its structure. Being an
+    `optax.GradientTransformationExtraArgs` as well, a part goes into `optax.chain`.
 
-    `hyper` (a dict of numbers, or of pytrees of arrays) and `build` (`build(**hyper)` makes the same part again) make
-    a part's hyperparameters values rather than constants: the training step passes them as
-    arguments of its compiled function, so that parts equal but for their numbers share one
-    compilation (as `optax.inject_hyperparams` does). A part without `build` is compared by
-    identity.
+    Examples:
+        >>> from lenses.optimisers import EmptyState, Part
+        >>> class Halve(Part):
+        ...     def init(self, params): return EmptyState()
+        ...     def update(self, updates, state, params=None, **extra):
+        ...         return jax.tree_util.tree_map(lambda u: u / 2, updates), state
+        >>> part = Halve()
+        >>> u, _ = part.update(jnp.array([2.0]), part.init(None))
+        >>> u.tolist(), part == Halve()
+        ([1.0], True)
     """
 
-    def __new__(cls, init: Callable, update: Callable, name: str = "part", hyper=None,
-                build: Callable | None = None):
-        self = super().__new__(cls, init, update)
-        self.name, self.hyper, self.build = name, dict(hyper or {}), build
-        return self
+    shown_as: ClassVar[str] = ""  # the name of the function that builds it, for its repr
 
-    def key(self):
-        """What the compiled step depends on: the builder and the names of the hyperparameters
-        (their values are arguments), or the part itself (by identity) if it has no builder."""
-        if self.build is None:
-            return ("id", _Identity(self))
-        return (self.build, tuple(sorted(self.hyper)))
+    def __new__(cls, *args, **kwargs):
+        # the NamedTuple's two entries are not used: `init` and `update` are methods, and
+        # optax reads a transformation's pair by iterating it (`__iter__`)
+        return tuple.__new__(cls, (None, None))
 
-    def rebuilt(self, hyper) -> "Part":
-        """The same part with the hyperparameters `hyper` (traced values, inside the step)."""
-        return self if self.build is None else self.build(**hyper)
+    def __iter__(self):
+        return iter((self.init, self.update))
+
+    def init(self, params):
+        """The part's initial state for the point `params`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement init")
+
+    def update(self, updates, state, params=None, **extra):
+        """(the vector out, the new state) for the vector `updates`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update")
 
     def __repr__(self):
-        return self.name
+        if not self.shown_as:
+            return Value.__repr__(self)
+        return f"{self.shown_as}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.value_fields[0])})"
 
 
-class _Identity:
-    """Hashes and compares by identity, and keeps its object alive while it is a key."""
+class _ByCode:
+    """An optax transformation compared by what its `update` computes (`structure_key`: its
+    code and the values it closes over) and by the code of its `init`: two `optax.rmsprop(0.1)`
+    are equal, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)` are equal
+    whatever r, which lives in the state, not in `update`'s closure."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("tx", "key")
 
-    def __init__(self, obj):
-        self.obj = obj
+    def __init__(self, tx):
+        init = getattr(tx.init, "__code__", None)
+        self.tx = tx
+        self.key = (structure_key(tx.update), init if init is not None else Identity(tx.init))
 
     def __eq__(self, other):
-        return isinstance(other, _Identity) and other.obj is self.obj
+        return isinstance(other, _ByCode) and other.key == self.key
 
     def __hash__(self):
-        return id(self.obj)
+        return hash(self.key)
 
 
-def value_key(x, depth: int = 0, exclude: tuple = ()):
-    """A hashable key equal for configurations equal by value: numbers, strings, arrays (their
-    dtype, shape and bytes), containers of them, inner products by their type and public
-    fields, and functions by what they compute (their code, defaults and closures, keyed the
-    same way); anything else by its own equality if it is hashable, else by identity. The
-    fields named in `exclude` are left out of an inner product at the top level.
+class Foreign(Part):
+    """An optax transformation as a part. Its numbers live in its closures, not in fields, so
+    the whole transformation is structure (a narrow key, `_ByCode`): equal transformations
+    share a compilation, and one of other numbers compiles anew.
 
-    An optax transformation is a pair of closures over its numbers: two `optax.rmsprop(0.1)`
-    share a key, and two `optax.inject_hyperparams(optax.rmsprop)(learning_rate=r)` share one
-    whatever r, since r lives in the state, not in `update`'s closure."""
-    if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
-        return x
-    if isinstance(x, jax.core.Tracer) or depth > 16:  # (depth: a closure that holds itself)
-        return ("id", _Identity(x))
-    if isinstance(x, (np.ndarray, np.generic, jax.Array)):
-        a = np.asarray(x)
-        return ("array", a.dtype.str, a.shape, a.tobytes())
-    inner = functools.partial(value_key, depth=depth + 1)
-    if isinstance(x, (tuple, list)):
-        return (type(x).__name__,) + tuple(inner(v) for v in x)
-    if isinstance(x, dict):
-        return ("dict",) + tuple(sorted((k, inner(v)) for k, v in x.items()))
-    if isinstance(x, Metric):  # an inner product: its type and its public configuration
-        return (type(x),) + tuple(sorted((k, inner(v)) for k, v in vars(x).items()
-                                         if not k.startswith("_") and k not in exclude))
-    if isinstance(x, types.FunctionType):
-        try:
-            cells = tuple(inner(c.cell_contents) for c in x.__closure__ or ())
-        except ValueError:  # an empty cell: a function still being defined
-            return ("id", _Identity(x))
-        return ("fn", x.__code__, inner(x.__defaults__), inner(x.__kwdefaults__), cells)
-    if isinstance(x, functools.partial):
-        return ("partial", inner(x.func), inner(x.args), inner(x.keywords))
-    try:
-        hash(x)
-        return x
-    except TypeError:
-        return ("id", _Identity(x))
+    Examples:
+        >>> import optax
+        >>> from lenses.optimisers import Foreign
+        >>> part = Foreign(optax.sgd(0.5))
+        >>> u, _ = part.update(jnp.array([2.0]), part.init(jnp.zeros(1)))
+        >>> u.tolist(), part == Foreign(optax.sgd(0.5)), part == Foreign(optax.sgd(0.1))
+        ([-1.0], True, False)
+    """
+
+    transformation: Any = static()
+
+    def __init__(self, tx):
+        assign(self, transformation=_ByCode(tx))
+
+    @property
+    def tx(self):
+        """The optax transformation."""
+        return self.transformation.tx
+
+    def init(self, params):
+        return self.tx.init(params)
+
+    def update(self, updates, state, params=None, **extra):
+        if isinstance(self.tx, optax.GradientTransformationExtraArgs):
+            return self.tx.update(updates, state, params, **extra)
+        return self.tx.update(updates, state, params)
+
+    def __repr__(self):
+        return repr(self.tx)
 
 
 def is_part(x) -> bool:
@@ -162,13 +173,14 @@ def is_part(x) -> bool:
     return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
 
 
-def _empty(params):
-    return EmptyState()
+def as_part(x) -> Part:
+    """x itself if it is a `Part`, an optax transformation as a `Foreign` part."""
+    return x if isinstance(x, Part) else Foreign(x)
 
 
 # -- hyperparameters -------------------------------------------------------------------------
 
-def _number(x, name: str, what: str) -> float | None:
+def _as_float(x, name: str, what: str) -> float | None:
     """float(x), or None for a traced value (nothing to check); refuse what is not a number."""
     if isinstance(x, jax.core.Tracer):
         return None
@@ -184,7 +196,7 @@ def check_learning_rate(lr, name: str = "lr"):
     """A learning rate is finite and > 0 (a schedule, a callable count ↦ rate, is not checked)."""
     if callable(lr):
         return lr
-    x = _number(lr, name, "a finite number > 0 (or a schedule)")
+    x = _as_float(lr, name, "a finite number > 0 (or a schedule)")
     if x is not None and not (math.isfinite(x) and x > 0):
         raise HyperparameterError(f"the learning rate {name} must be finite and > 0, got {lr!r}")
     return lr
@@ -192,7 +204,7 @@ def check_learning_rate(lr, name: str = "lr"):
 
 def check_decay(beta, name: str):
     """A decay rate (momentum β, Adam's b1, b2) lies in [0, 1)."""
-    x = _number(beta, name, "a number in [0, 1)")
+    x = _as_float(beta, name, "a number in [0, 1)")
     if x is not None and not 0 <= x < 1:
         raise HyperparameterError(f"{name} must be in [0, 1), got {beta!r}")
     return beta
@@ -200,7 +212,7 @@ def check_decay(beta, name: str):
 
 def check_positive(eps, name: str):
     """A finite number > 0 (eps)."""
-    x = _number(eps, name, "a finite number > 0")
+    x = _as_float(eps, name, "a finite number > 0")
     if x is not None and not (math.isfinite(x) and x > 0):
         raise HyperparameterError(f"{name} must be finite and > 0, got {eps!r}")
     return eps
@@ -208,7 +220,7 @@ def check_positive(eps, name: str):
 
 def check_non_negative(a, name: str):
     """A finite number ≥ 0 (Adagrad's initial accumulator value)."""
-    x = _number(a, name, "a finite number ≥ 0")
+    x = _as_float(a, name, "a finite number ≥ 0")
     if x is not None and not (math.isfinite(x) and x >= 0):
         raise HyperparameterError(f"{name} must be finite and ≥ 0, got {a!r}")
     return a
@@ -224,43 +236,38 @@ class Sharp(Part):
     The optimiser calls it at the point where the covector was taken (its lookahead).
     A metric whose `stateful` is true keeps its memory in this part's state
     (`metric.init_state(params)`, `metric.sharp_state(params, cov, ctx, state)`): K-FAC's
-    running factors, decompositions and damping.
+    running factors, decompositions and damping. The metric's numbers (a damping, a
+    diagonal's weights) are leaves of this part.
     """
 
-    def __new__(cls, metric: Metric | None = None):
+    metric: Metric
+
+    def __init__(self, metric: Metric | None = None):
         metric = metric if metric is not None else Euclidean()
         if isinstance(metric, type):
             raise KindError(f"metric must be an inner product (an instance), got the class "
                             f"{metric.__name__}: pass {metric.__name__}(...), e.g. metric=Euclidean()")
-        if not callable(getattr(metric, "sharp", None)):
-            raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
-
-        # A metric with memory (K-FAC's running factors) keeps it here, in this part's state:
-        # `init_state(params)` and `sharp_state(params, cov, ctx, state) -> (vector, state')`.
-        stateful = bool(getattr(metric, "stateful", False))
-
-        def update(updates, state, params=None, ctx=None, **extra):
-            if isinstance(updates, Vector):
-                raise CovectorError("the sharp part takes the covector p', got a Vector: it is "
-                                    "already a vector")
-            cov = updates if isinstance(updates, Covector) else Covector(updates)
-            if stateful:
-                vec, state = metric.sharp_state(params, cov, ctx, state)
-                return unwrap(vec), state
-            return unwrap(metric.sharp(params, cov, ctx)), state
-
-        init = metric.init_state if stateful else _empty  # type: ignore[attr-defined]  # a stateful metric's
-        # The metric's own values (a damping, a diagonal's weights) are hyperparameters of
-        # this part, passed to the compiled step as arguments like the learning rate.
-        values = metric.hyper() if isinstance(metric, Metric) else {}
-        build = (lambda **h: Sharp(metric.rebuilt(h))) if values else None
-        self = super().__new__(cls, init, update, f"sharp({metric!r})", values, build)
+        if not isinstance(metric, Metric):
+            if not callable(getattr(metric, "sharp", None)):
+                raise KindError(f"sharp needs an inner product (a Metric with .sharp), got {metric!r}")
+            metric = Borrowed(metric)  # an object with a sharp map: a constant of the step
         self.metric = metric
-        return self
 
-    def key(self):
-        """The metric by value, its hyperparameters (`hyper`) left out: they are arguments."""
-        return ("sharp", value_key(self.metric, exclude=tuple(self.hyper)))
+    def init(self, params):
+        return self.metric.init_state(params) if self.metric.stateful else EmptyState()
+
+    def update(self, updates, state, params=None, ctx=None, **extra):
+        if isinstance(updates, Vector):
+            raise CovectorError("the sharp part takes the covector p', got a Vector: it is "
+                                "already a vector")
+        cov = updates if isinstance(updates, Covector) else Covector(updates)
+        if self.metric.stateful:
+            vec, state = self.metric.sharp_state(params, cov, ctx, state)
+            return unwrap(vec), state
+        return unwrap(self.metric.sharp(params, cov, ctx)), state
+
+    def __repr__(self):
+        return f"sharp({self.metric!r})"
 
 
 def sharp(metric: Metric | None = None) -> Sharp:
@@ -275,6 +282,21 @@ def sharp(metric: Metric | None = None) -> Sharp:
     return Sharp(metric)
 
 
+class ScaleByMomentum(Part):
+    """m ← v + β m, and m goes on (the part `scale_by_momentum` makes)."""
+
+    beta: Any
+    shown_as: ClassVar[str] = "scale_by_momentum"
+
+    def init(self, params):
+        return MomentumState(tree_map(jnp.zeros_like, params))
+
+    def update(self, updates, state, params=None, **extra):
+        beta = self.beta
+        m = tree_map(lambda g, t: g + beta * t, updates, state.m)
+        return m, MomentumState(m)
+
+
 def scale_by_momentum(beta: float = 0.9) -> Part:
     """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`).
 
@@ -286,17 +308,24 @@ def scale_by_momentum(beta: float = 0.9) -> Part:
         >>> m1.tolist(), m2.tolist()
         ([1.0], [1.5])
     """
-    check_decay(beta, "beta")
+    return ScaleByMomentum(check_decay(beta, "beta"))
 
-    def init(params):
-        return MomentumState(tree_map(jnp.zeros_like, params))
 
-    def update(updates, state, params=None, **extra):
-        m = tree_map(lambda g, t: g + beta * t, updates, state.m)
-        return m, MomentumState(m)
+class ScaleByAdagrad(Part):
+    """G ← G + v², v ↦ v / √(G + ε) (the part `scale_by_adagrad` makes: optax's `scale_by_rss`)."""
 
-    return Part(init, update, f"scale_by_momentum(beta={beta})", dict(beta=beta),
-                scale_by_momentum)
+    initial_accumulator_value: Any
+    eps: Any
+    shown_as: ClassVar[str] = "scale_by_adagrad"
+
+    def _optax(self):
+        return optax.scale_by_rss(self.initial_accumulator_value, self.eps)
+
+    def init(self, params):
+        return self._optax().init(params)
+
+    def update(self, updates, state, params=None, **extra):
+        return self._optax().update(updates, state, params)
 
 
 def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
@@ -309,13 +338,34 @@ def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) 
         >>> print(np.round(u, 4))
         [1.]
     """
-    check_non_negative(initial_accumulator_value, "initial_accumulator_value")
-    check_positive(eps, "eps")
-    tx = optax.scale_by_rss(initial_accumulator_value, eps)
-    return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_adagrad(initial_accumulator_value={initial_accumulator_value}, eps={eps})",
-                dict(initial_accumulator_value=initial_accumulator_value, eps=eps),
-                scale_by_adagrad)
+    return ScaleByAdagrad(check_non_negative(initial_accumulator_value, "initial_accumulator_value"),
+                          check_positive(eps, "eps"))
+
+
+class ScaleByAdam(Part):
+    """Adam's rescaling with bias corrections (the part `scale_by_adam` makes)."""
+
+    b1: Any
+    b2: Any
+    eps: Any
+    shown_as: ClassVar[str] = "scale_by_adam"
+
+    def init(self, params):
+        zeros = tree_map(jnp.zeros_like, params)
+        return AdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+
+    def update(self, updates, state, params=None, **extra):
+        b1, b2, eps = self.b1, self.b2, self.eps
+        count = state.count + 1
+        mu = tree_map(lambda g, m: (1 - b1) * g + b1 * m, updates, state.mu)
+        nu = tree_map(lambda g, n: (1 - b2) * (g * g) + b2 * n, updates, state.nu)
+
+        def corrected(m, n):
+            m_hat = m / (1 - b1 ** count.astype(m.dtype))
+            n_hat = n / (1 - b2 ** count.astype(n.dtype))
+            return m_hat / (jnp.sqrt(n_hat) + eps)
+
+        return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
 
 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:
@@ -330,28 +380,27 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part
         >>> print(np.round(u, 4))
         [ 1. -1.]
     """
-    check_decay(b1, "b1")
-    check_decay(b2, "b2")
-    check_positive(eps, "eps")
+    return ScaleByAdam(check_decay(b1, "b1"), check_decay(b2, "b2"), check_positive(eps, "eps"))
 
-    def init(params):
-        zeros = tree_map(jnp.zeros_like, params)
-        return AdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
 
-    def update(updates, state, params=None, **extra):
-        count = state.count + 1
-        mu = tree_map(lambda g, m: (1 - b1) * g + b1 * m, updates, state.mu)
-        nu = tree_map(lambda g, n: (1 - b2) * (g * g) + b2 * n, updates, state.nu)
+class ScaleByLearningRate(Part):
+    """v ↦ −lr · v (the part `scale_by_learning_rate` makes): `lr` a number (a leaf), or
+    `schedule` a callable count ↦ rate (structure, by identity; the state keeps the count)."""
 
-        def corrected(m, n):
-            m_hat = m / (1 - b1 ** count.astype(m.dtype))
-            n_hat = n / (1 - b2 ** count.astype(n.dtype))
-            return m_hat / (jnp.sqrt(n_hat) + eps)
+    lr: Any
+    schedule: Callable | None = static(default=None)
 
-        return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
+    def _optax(self):
+        return optax.scale_by_learning_rate(self.schedule if self.schedule is not None else self.lr)
 
-    return Part(init, update, f"scale_by_adam(b1={b1}, b2={b2}, eps={eps})",
-                dict(b1=b1, b2=b2, eps=eps), scale_by_adam)
+    def init(self, params):
+        return self._optax().init(params)
+
+    def update(self, updates, state, params=None, **extra):
+        return self._optax().update(updates, state, params)
+
+    def __repr__(self):
+        return f"scale_by_learning_rate({self.schedule if self.schedule is not None else self.lr!r})"
 
 
 def scale_by_learning_rate(lr) -> Part:
@@ -367,13 +416,10 @@ def scale_by_learning_rate(lr) -> Part:
         [-0.1 -0.2]
     """
     check_learning_rate(lr)
-    tx = optax.scale_by_learning_rate(lr)
-    fixed = not callable(lr)  # a schedule is a function: compared by identity, not rebuilt
-    return Part(tx.init, lambda u, s, params=None, **extra: tx.update(u, s, params),
-                f"scale_by_learning_rate({lr!r})", dict(lr=lr) if fixed else None,
-                scale_by_learning_rate if fixed else None)
+    return ScaleByLearningRate(None, lr) if callable(lr) else ScaleByLearningRate(lr)
 
 
-__all__ = ["Part", "is_part", "Sharp", "sharp", "scale_by_momentum", "scale_by_adagrad",
-           "scale_by_adam", "scale_by_learning_rate", "EmptyState", "MomentumState",
-           "AdagradState", "AdamState"]
+__all__ = ["Part", "Foreign", "is_part", "as_part", "Sharp", "sharp", "scale_by_momentum",
+           "scale_by_adagrad", "scale_by_adam", "scale_by_learning_rate", "ScaleByMomentum",
+           "ScaleByAdagrad", "ScaleByAdam", "ScaleByLearningRate", "EmptyState",
+           "MomentumState", "AdagradState", "AdamState"]

@@ -23,8 +23,7 @@ transport, as the paper's section 2 allows in place of parallel transport.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +31,10 @@ import jax.numpy as jnp
 from categories import Vector
 from categories.errors import HyperparameterError, KindError
 
-from ..inner_products.geometry import SlotMetric, _Ball
+from ..inner_products.geometry import BallGeometry, SlotMetric
 from ..inner_products.metrics import Diagonal, Euclidean
 from .lens import Optimiser
-from .parts import Part, check_decay, check_learning_rate, check_positive, sharp, value_key
+from .parts import Part, check_decay, check_learning_rate, check_positive, sharp
 
 tree_map = jax.tree_util.tree_map
 
@@ -74,12 +73,12 @@ def squared_norms(metric, p, g):
         return tree_map(lambda a, b: a * b, g, metric.flat(p, Vector(g)).value)
 
     def leaf(rule, S, x, d):
-        if rule is _Ball:  # one factor: the Riemannian norm of the whole slot
+        if rule is BallGeometry:  # one factor: the Riemannian norm of the whole slot
             lam = rule.conformal(S, x)
             return jnp.full(x.shape, lam * lam * jnp.sum(d * d), x.dtype)
         return rule.weight(S, x) * d * d
 
-    return metric._map(_space(metric), leaf, lambda x, d: tree_map(lambda a: a * a, d), p, g)
+    return metric.map_slots(_space(metric), leaf, lambda x, d: tree_map(lambda a: a * a, d), p, g)
 
 
 def transport(metric, x, y, m):
@@ -90,6 +89,40 @@ def transport(metric, x, y, m):
     S = _space(metric)
     wx, wy = metric.weights(x, S), metric.weights(y, S)
     return tree_map(lambda a, u, w: a * jnp.sqrt(u / w), m, wx, wy)
+
+
+class ScaleByRiemannianAdam(Part):
+    """The Riemannian Adam rule (the part `scale_by_riemannian_adam` makes): its numbers lr,
+    b1, b2, eps are leaves, and so are its metric's."""
+
+    lr: Any
+    metric: Any
+    b1: Any
+    b2: Any
+    eps: Any
+    shown_as: ClassVar[str] = "scale_by_riemannian_adam"
+
+    def init(self, params):
+        zeros = tree_map(jnp.zeros_like, params)
+        return RiemannianAdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+
+    def update(self, updates, state, params=None, **extra):
+        lr, metric, b1, b2, eps = self.lr, self.metric, self.b1, self.b2, self.eps
+        count = state.count + 1
+        m = tree_map(lambda g, t: (1 - b1) * g + b1 * t, updates, state.tau)
+        nu = tree_map(lambda q, n: (1 - b2) * q + b2 * n, squared_norms(metric, params, updates),
+                      state.nu)
+
+        def move(a, n):
+            a_hat = a / (1 - b1 ** count.astype(a.dtype))
+            n_hat = n / (1 - b2 ** count.astype(n.dtype))
+            return -lr * a_hat / (jnp.sqrt(n_hat) + eps)
+
+        u = tree_map(move, m, nu)
+        if isinstance(metric, SlotMetric):
+            y = metric.retract(params, Vector(u), _space(metric))  # where the optimiser moves
+            m = transport(metric, params, y, m)
+        return u, RiemannianAdamState(count, m, nu)
 
 
 def scale_by_riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999,
@@ -114,41 +147,7 @@ def scale_by_riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float 
     check_decay(b1, "b1")
     check_decay(b2, "b2")
     check_positive(eps, "eps")
-    metric = _check_metric(metric)
-
-    def init(params):
-        zeros = tree_map(jnp.zeros_like, params)
-        return RiemannianAdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
-
-    def update(updates, state, params=None, **extra):
-        count = state.count + 1
-        m = tree_map(lambda g, t: (1 - b1) * g + b1 * t, updates, state.tau)
-        nu = tree_map(lambda q, n: (1 - b2) * q + b2 * n, squared_norms(metric, params, updates),
-                      state.nu)
-
-        def move(a, n):
-            a_hat = a / (1 - b1 ** count.astype(a.dtype))
-            n_hat = n / (1 - b2 ** count.astype(n.dtype))
-            return -lr * a_hat / (jnp.sqrt(n_hat) + eps)
-
-        u = tree_map(move, m, nu)
-        if isinstance(metric, SlotMetric):
-            y = metric.retract(params, Vector(u), _space(metric))  # where the optimiser moves
-            m = transport(metric, params, y, m)
-        return u, RiemannianAdamState(count, m, nu)
-
-    return _RiemannianAdamPart(init, update, f"scale_by_riemannian_adam(lr={lr}, metric={metric!r}, "
-                               f"b1={b1}, b2={b2}, eps={eps})", dict(lr=lr, b1=b1, b2=b2, eps=eps),
-                               functools.partial(scale_by_riemannian_adam, metric=metric))
-
-
-class _RiemannianAdamPart(Part):
-    """Keyed by the metric's value and the names of its numbers: parts that differ only in
-    their numbers share one compiled step (the numbers are its arguments)."""
-
-    def key(self):
-        metric = self.build.keywords["metric"]
-        return ("scale_by_riemannian_adam", value_key(metric), tuple(sorted(self.hyper)))
+    return ScaleByRiemannianAdam(lr, _check_metric(metric), b1, b2, eps)
 
 
 def riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
@@ -172,4 +171,5 @@ def riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999, 
                      name="riemannian_adam")
 
 
-__all__ = ["riemannian_adam", "scale_by_riemannian_adam", "RiemannianAdamState"]
+__all__ = ["riemannian_adam", "scale_by_riemannian_adam", "ScaleByRiemannianAdam",
+           "RiemannianAdamState"]

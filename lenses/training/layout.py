@@ -199,7 +199,7 @@ def mirror(opt_shapes, params_shapes, param_shardings, replicated):
         >>> p = (jnp.zeros((4, 2)), jnp.zeros(4))
         >>> from lenses.training.layout import largest_divisible, mirror
         >>> mirror(adam(0.1).init(p), p, ("W", "b"), "rep")
-        AdamState(count='rep', mu=('W', 'b'), nu=('W', 'b'))
+        (EmptyState(), AdamState(count='rep', mu=('W', 'b'), nu=('W', 'b')), EmptyState())
     """
     treedef = tree_util.tree_structure(params_shapes)
     shapes = [np.shape(a) for a in tree_util.tree_leaves(params_shapes)]

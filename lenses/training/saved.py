@@ -46,7 +46,7 @@ from categories.errors import (CheckpointError, CheckpointMismatch, KindError, P
 
 from .state import TrainState
 from .step import slot_spaces
-from ..optimisers import EmptyState, Optimiser, check_params, from_optax, slot_names
+from ..optimisers import Optimiser, check_params, from_optax, gd, slot_names
 from ..inputs import need_lens
 
 FORMAT = "paralens-state"
@@ -324,7 +324,7 @@ def _fill(template, prefix: str, saved_paths: list, tensors: dict, where: str, p
 
 def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
     """The state saved in `path` for `model` (and the optimiser `opt`, which rebuilds the
-    optimiser state's structure; None only for a stateless optimiser), as a `Saved`; with
+    optimiser state's structure; None only for a stateless optimiser such as `gd`), as a `Saved`; with
     `mesh`, put on it, laid out by `layout` if given (any mesh, whatever the one it was saved
     from), else replicated.
 
@@ -360,7 +360,7 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
         if meta["opt_state"]:
             raise CheckpointMismatch(f"{os.fspath(path)!r} holds the state of the optimiser "
                                      f"{meta.get('optimiser')}: pass that optimiser to load")
-        opt_template = EmptyState()  # the state of a stateless optimiser (gd)
+        opt_template = gd(1.0).init(params)  # the state of a stateless optimiser, as gd's
     else:
         opt_template = opt.init(params)
     if str(jax.tree_util.tree_structure(opt_template)) != meta["opt_state_tree"]:
@@ -430,7 +430,7 @@ class _Stateless:
 
     @staticmethod
     def init(params):
-        return EmptyState()
+        return gd(1.0).init(params)  # sharp's and the rate's empty states
 
 
 __all__ = ["save", "load", "Saved"]

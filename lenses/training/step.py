@@ -6,15 +6,17 @@ supplies dL at the output, and the backward pass deposits one covector on each p
 slot (added over the batch; with a mesh, added across devices too). Phase two sharpens the
 covectors and moves the point; nothing has moved before every covector is known.
 
-`StepCore` holds the step over one model, loss family, optimiser structure, reduction and
-mesh: the *checked* step (`checked`), which asks `faults.verdict` and keeps the old state,
-bit for bit, where the verdict is no, recording the fault (later steps are then no-ops until
-the fault is seen); and the one loop every step runs in (`steps`): a call is that loop of
-one step, a chunk of many, so that a chunk gives the bits of as many calls. The optimiser's
-numbers (learning rate, momentum, ...) are arguments (`Optimiser.hyperparams`), so a core,
-and every compilation it holds, is shared by all optimisers equal but for their numbers and
-by all models that compute alike (`core_for`); it lives while such a model does (`shared`). The structure of the state and the batch is checked while a step is traced,
-that is once per compiled signature.
+`StepCore` holds the step over one model structure, loss family, reduction and mesh: the
+*checked* step (`checked`), which asks `faults.verdict` and keeps the old state, bit for bit,
+where the verdict is no, recording the fault (later steps are then no-ops until the fault is
+seen); and the one loop every step runs in (`steps`): a call is that loop of one step, a
+chunk of many, so that a chunk gives the bits of as many calls. The optimiser is an argument
+of the compiled functions, an immutable pytree (`lenses.values.Value`) whose leaves are its
+numbers (learning rate, momentum, damping, ...): `jax.jit` traces the numbers and keys its
+compilations by the optimiser's structure, so optimisers equal but for their numbers share
+one compilation, through JAX's own cache. A core is shared by all models that compute alike
+(`core_for`) and lives while such a model does (`shared`). The structure of the state and the
+batch is checked while a step is traced, that is once per compiled signature.
 """
 
 from __future__ import annotations
@@ -41,14 +43,15 @@ tree_map = jax.tree_util.tree_map
 
 
 class StepCore:
-    """The traceable step (state, X, Y) ↦ (state', (loss, slope)) for a model `model`: A → B
-    with parameter object P, a loss family on B, an optimiser structure `template` (its
-    numbers come as the argument `hyper`), a reduction over the batch, and a mesh or None."""
+    """The traceable step (opt, state, X, Y) ↦ (state', (loss, slope)) for a model `model`:
+    A → B with parameter object P, a loss family on B, a reduction over the batch, and a mesh
+    or None; the optimiser `opt` is an argument (an immutable pytree: its numbers traced).
+    With a layout, the core is one optimiser structure's (`template`, whose state it lays out)."""
 
-    def __init__(self, record, family, template, reduction, mesh, axis, layout=None):
+    def __init__(self, record, family, reduction, mesh, axis, layout=None, template=None):
         # the record of the model's structure, not the model: a core (and its compilations)
         # must not keep a user's model alive (`shared`)
-        self._record, self.family, self.template = record, family, template
+        self._record, self.family = record, family
         model = record.model
         self.reduction, self.mesh, self.axis = reduction, mesh, axis
         # with a layout: a NamedSharding per leaf of the state, which jit keeps (GSPMD)
@@ -57,8 +60,14 @@ class StepCore:
             self.state_shardings = state_shardings(model, template, layout, mesh)
         self._treedef = jax.tree_util.tree_structure(model.param.zeros())
         self.moves = bool(jax.tree_util.tree_leaves(model.param.zeros()))
-        self.traces = {}  # how many times each compiled function was traced (for tests)
+        # how many times each compiled function was traced, by (kind, optimiser structure)
+        self.traces: dict = {}
         self._compiled = {}
+
+    def traces_of(self, opt) -> dict:
+        """How many times each compiled function was traced for `opt`'s structure."""
+        tree = jax.tree_util.tree_structure(opt)
+        return {kind: n for (kind, t), n in self.traces.items() if t == tree}
 
     @property
     def model(self):
@@ -89,15 +98,14 @@ class StepCore:
             loss, cov = loss / n, tree_map(lambda a: a / n, cov)
         return loss, cov
 
-    def validate(self, state, X, Y):
+    def validate(self, opt, state, X, Y):
         """What is checked once per compiled signature, while the step is traced."""
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, slot_names(self.model))
             raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
-        expected = jax.tree_util.tree_structure(
-            jax.eval_shape(self.template.init, state.params))
+        expected = jax.tree_util.tree_structure(jax.eval_shape(opt.init, state.params))
         if jax.tree_util.tree_structure(state.opt_state) != expected:
-            raise SpaceMismatch(f"the optimiser state is not one of {self.template!r} (a state "
+            raise SpaceMismatch(f"the optimiser state is not one of {opt!r} (a state "
                                 f"of another optimiser?): expected the structure {expected}, "
                                 f"got {jax.tree_util.tree_structure(state.opt_state)}")
         n = check_batch(self.model.dom, X, f"the batch for {self.model.name}")
@@ -106,14 +114,13 @@ class StepCore:
             raise ShapeError(f"the batch for {self.model.name} has {n} inputs but "
                              f"{np.shape(Y)[0]} targets")
 
-    def _propose(self, hyper, state, X, Y):
+    def _propose(self, opt, state, X, Y):
         """Both phases, unchecked: (s', p'', inside, covector, loss, slope, targets_ok)."""
-        self.validate(state, X, Y)
-        # The numbers reach the arithmetic as opaque values, whether they came as arguments
-        # (a call, a chunk) or as constants (`step_fn` under a user's jit): XLA folds neither,
-        # so both compile to the same arithmetic.
-        hyper = jax.lax.optimization_barrier(hyper)
-        opt, space = self.template.with_hyperparams(hyper), self.model.param
+        self.validate(opt, state, X, Y)
+        # The optimiser's numbers reach the arithmetic as opaque values, whether they came as
+        # arguments (a call, a chunk) or as constants (`step_fn` under a user's jit): XLA folds
+        # neither, so both compile to the same arithmetic.
+        opt, space = jax.lax.optimization_barrier(opt), self.model.param
         p_eval = opt.lookahead(state.opt_state, state.params, space)
         if self.mesh is None or self.layout is not None:  # a layout: GSPMD adds the covectors
             loss, cov = self._covectors(p_eval, X, Y, self.reduction)
@@ -129,11 +136,11 @@ class StepCore:
         return s_new, p_new, inside, cov, loss, slope(cov, targets_ok), targets_ok
 
     # -- the step -----------------------------------------------------------------------------
-    def checked(self, hyper, state, X, Y):
+    def checked(self, opt, state, X, Y):
         """The step with its fault record: a refused step keeps parameters and optimiser
         state bit for bit and records (kind, step, slot); later steps are no-ops until the
         fault is seen. (state', (loss, slope))."""
-        s_new, p_new, inside, cov, loss, sl, targets_ok = self._propose(hyper, state, X, Y)
+        s_new, p_new, inside, cov, loss, sl, targets_ok = self._propose(opt, state, X, Y)
         ok, ledger = verdict(state.ledger, cov, p_new, inside, targets_ok, self.model.param)
         params, opt_state = tree_map(lambda new, old: jnp.where(ok, new, old),
                                      (p_new, s_new), (state.params, state.opt_state))
@@ -149,7 +156,7 @@ class StepCore:
         dtype = jnp.result_type(*parts)
         return jnp.stack([a.astype(dtype) for a in parts] + [jnp.asarray(kind).astype(dtype)])
 
-    def steps(self, hyper, state, a, b, k, gather: bool):
+    def steps(self, opt, state, a, b, k, gather: bool):
         """The first k of a stack of batches, each the checked step, in one loop whose trip
         count k is a runtime value: (state', rows), a row (loss, slope, fault kind) per step.
         The batches are stacked (a = Xs, b = Ys), or gathered from data on the device (a =
@@ -176,7 +183,7 @@ class StepCore:
             return lax.optimization_barrier((i, xy))[1]
 
         def one(i, s):
-            s, (loss, sl) = self.checked(hyper, s, *batch(i))
+            s, (loss, sl) = self.checked(opt, s, *batch(i))
             return s, self.row(loss, sl, s.fault[0])
 
         def write(rows, r, i):
@@ -189,21 +196,24 @@ class StepCore:
             *one(i, c[0])), (state, rows))
 
     def compiled(self, kind: str):
-        """The compiled loop: "call" (hyper, state, X, Y) ↦ (state', row) (k = 1), "stacked"
-        (hyper, state, Xs, Ys, k) and "gather" (hyper, state, (X, Y), idx, k) ↦ (state', rows);
-        once per core (and per signature), its traces counted."""
+        """The compiled loop: "call" (opt, state, X, Y) ↦ (state', row) (k = 1), "stacked"
+        (opt, state, Xs, Ys, k) and "gather" (opt, state, (X, Y), idx, k) ↦ (state', rows);
+        made once per core; `jax.jit` compiles it once per signature (the optimiser's
+        structure, not its numbers, among it), its traces counted."""
         if kind not in self._compiled:
-            def fn(hyper, state, a, b, k=None):
-                self.traces[kind] = self.traces.get(kind, 0) + 1
+            def fn(opt, state, a, b, k=None):
+                at = (kind, jax.tree_util.tree_structure(opt))
+                self.traces[at] = self.traces.get(at, 0) + 1
                 if kind == "call":
                     a, b = tree_map(lambda v: v[None], (a, b))  # a stack of one batch
                     # k = 1 behind a barrier: XLA cannot read it, so it cannot unroll the
                     # loop, and a call costs no buffer for k
                     k = lax.optimization_barrier(jnp.asarray(1, jnp.int32))
-                    state, rows = self.steps(hyper, state, a, b, k, False)
+                    state, rows = self.steps(opt, state, a, b, k, False)
                     return state, rows[0]
-                return self.steps(hyper, state, a, b, k, kind == "gather")
+                return self.steps(opt, state, a, b, k, kind == "gather")
 
+            fn.__name__ = f"paralens_step_{kind}"  # the name JAX's compile logs and events give
             if self.mesh is None:
                 self._compiled[kind] = jax.jit(fn)
             elif self.layout is not None:
@@ -247,18 +257,30 @@ def _take(data, idx):
 
 def core_for(model, family, opt, reduction, mesh, axis, layout=None) -> StepCore:
     """The core for these arguments, made once per model structure (`shared`): models that
-    compute alike, equal loss families and optimisers equal but for their numbers
-    (`Optimiser.key`) share it, and so share its compilations; it lives while such a model does."""
+    compute alike and equal loss families share it, whatever the optimiser (an argument of
+    its compiled functions); with a layout, one per optimiser structure (the state's layout
+    follows it). It lives while such a model does."""
     record = shared(model)
-    key = (family, opt.key(), reduction, mesh, axis) + ((layout,) if layout is not None else ())
+    template = None
+    key: tuple = (family, reduction, mesh, axis)
+    if layout is not None:  # a copy of the optimiser: the user's own is not kept alive
+        template = jax.tree_util.tree_map(lambda a: a, opt)
+        key += (layout, jax.tree_util.tree_structure(opt))
     try:
         core = record.cores.get(key)
     except TypeError:  # something unhashable in the configuration
-        return StepCore(record, family, opt, reduction, mesh, axis, layout)
-    if core is None:  # a copy of the optimiser: the user's own is not kept alive by the core
-        template = opt.with_hyperparams(opt.hyperparams())
-        core = record.cores[key] = StepCore(record, family, template, reduction, mesh, axis, layout)
+        return StepCore(record, family, reduction, mesh, axis, layout, template)
+    if core is None:
+        core = record.cores[key] = StepCore(record, family, reduction, mesh, axis, layout, template)
     return core
+
+
+def arguments(opt):
+    """The optimiser as the compiled step takes it: each scalar number a weakly typed array
+    (as a Python float is traced: it takes the parameters' dtype), arrays as they are."""
+    def leaf(v):
+        return jnp.asarray(float(v) if isinstance(v, (int, float)) or np.ndim(v) == 0 else v)
+    return jax.tree_util.tree_map(leaf, opt)
 
 
 def slot_spaces(model) -> list:
@@ -268,4 +290,4 @@ def slot_spaces(model) -> list:
     return list(P.factors) if isinstance(P, Product) and len(slot_names(model)) > 1 else [P]
 
 
-__all__ = ["StepCore", "core_for"]
+__all__ = ["StepCore", "core_for", "arguments"]

@@ -27,7 +27,7 @@ from ..optimisers import Optimiser, check_params, from_optax, slot_names
 from ..inputs import need_lens
 from . import schedule
 from .state import Report, TrainState
-from .step import core_for, slot_spaces
+from .step import arguments, core_for, slot_spaces
 
 
 class TrainStep:
@@ -70,7 +70,7 @@ class TrainStep:
         self.names = slot_names(fixed)
         self.spaces = slot_spaces(fixed)
         self._core = core_for(fixed, self.loss_family, opt, reduction, mesh, self.axis, layout)
-        self._hyper = jax.tree_util.tree_map(jnp.asarray, opt.hyperparams())
+        self._hyper = arguments(opt)  # the compiled step's first argument: its numbers traced
         if mesh is not None:
             self._hyper = jax.device_put(self._hyper, NamedSharding(mesh, PartitionSpec()))
         self._call = self._core.compiled("call")
@@ -195,7 +195,7 @@ class TrainStep:
     @property
     def traces(self) -> dict:
         """How many times each compiled function of this step's engine was traced."""
-        return dict(self._core.traces)
+        return self._core.traces_of(self._hyper)
 
     def check_split(self, n: int) -> None:
         """Refuse (`ShapeError`) a batch of n examples that the devices of the mesh's data
@@ -216,7 +216,7 @@ class TrainStep:
         """After the compiled call failed with an error of JAX's: the catalogued error that
         names the cause, if the host-side checks find one (else the caller re-raises JAX's)."""
         try:
-            self._core.validate(state, X, Y)
+            self._core.validate(self._hyper, state, X, Y)
         except ParalensError as mine:
             raise mine from error
 
