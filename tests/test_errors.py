@@ -154,7 +154,10 @@ CLASSES = {c.__name__ for c in CATALOGUE} | {"ParalensError"}
 #: AttributeError (Python's protocol for a missing attribute).
 NOT_REFUSALS = {("AssertionError", "laws.py"), ("AssertionError", "checks.py"),
                 ("AssertionError", "instruments.py"),
-                ("AttributeError", "__init__.py")}
+                ("AttributeError", "__init__.py"),
+                # a value's immutability answers as every frozen dataclass does (an
+                # AttributeError subclass): not a refusal of the user's input
+                ("FrozenInstanceError", "values.py")}
 
 #: modules of the training engine still being rewritten elsewhere, whose bad raises (if any)
 #: are listed here until converted; the test passes when a listed one is clean, and the list

@@ -134,7 +134,7 @@ class DataMetric(Metric):
     def _run(self, method, p, t, ctx):
         data_scale(ctx, type(self).__name__)
         loss = loss_family(ctx.loss)
-        loss.check_targets(ctx.y, getattr(ctx.model, "cod", None))
+        loss.check_targets(ctx.y, None if ctx.model is None else ctx.model.cod)
         cache = self.__dict__.setdefault("_compiled", {})  # a cache, not a field of the value
         # Keyed by the family's value (type and configuration): equal families, however often
         # made afresh, share one compiled function.

@@ -23,11 +23,11 @@ tree_map = jax.tree_util.tree_map
 # -- faults ----------------------------------------------------------------------------------
 
 def slot_names(model) -> list[str]:
-    """Human names of the parameter slots of a model: its components for a chain."""
-    parts = getattr(model, "parts", None)
-    if parts is not None and len(parts) > 1:
-        return [f"slot {i} ({part.name})" for i, part in enumerate(parts)]
-    return [f"slot 0 ({getattr(model, 'name', 'parameters')})"]
+    """Human names of the parameter slots of a model (a `ParaLens`): its components for a
+    chain."""
+    if len(model.parts) > 1:
+        return [f"slot {i} ({part.name})" for i, part in enumerate(model.parts)]
+    return [f"slot 0 ({model.name})"]
 
 
 def _slots(space: Space, x):

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import optax
 
 from categories import Covector, Vector
-from categories.errors import CovectorError, HyperparameterError, KindError
+from categories.errors import CovectorError, HyperparameterError, KindError, UnsupportedError
 from categories.linear import unwrap
 
 from ..inner_products.metrics import Borrowed, Euclidean, Metric
@@ -100,11 +100,11 @@ class Part(Value, optax.GradientTransformationExtraArgs):
 
     def init(self, params):
         """The part's initial state for the point `params`."""
-        raise NotImplementedError(f"{type(self).__name__} must implement init")
+        raise UnsupportedError(f"{type(self).__name__} must implement init (a part has init and update)")
 
     def update(self, updates, state, params=None, **extra):
         """(the vector out, the new state) for the vector `updates`."""
-        raise NotImplementedError(f"{type(self).__name__} must implement update")
+        raise UnsupportedError(f"{type(self).__name__} must implement update (a part has init and update)")
 
     def __repr__(self):
         if not self.shown_as:
