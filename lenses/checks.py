@@ -52,7 +52,7 @@ class BackwardReport:
         return "backward part discrepancies (largest per slot):\n" + "\n".join(rows)
 
 
-def _slots(x, prefix):
+def _named_leaves(x, prefix):
     """Flatten a pytree to {slot name: array}, naming leaves by their path."""
     leaves = jax.tree_util.tree_flatten_with_path(x)[0]
     return {prefix + jax.tree_util.keystr(path): leaf for path, leaf in leaves}
@@ -73,8 +73,8 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
     b_cov = unwrap(b_cov)
     da, dp = lens.backward(a, p, b_cov)
     ref_a, ref_p = derived(lens).backward(a, p, b_cov)
-    got = {**_slots(da.value, "a"), **_slots(dp.value, "p")}
-    ref = {**_slots(ref_a.value, "a"), **_slots(ref_p.value, "p")}
+    got = {**_named_leaves(da.value, "a"), **_named_leaves(dp.value, "p")}
+    ref = {**_named_leaves(ref_a.value, "a"), **_named_leaves(ref_p.value, "p")}
 
     space = lens.dom * lens.param
 
@@ -90,7 +90,7 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
         down = unflatten_value(flat - e, space.tangent)
         fd.append((score(up) - score(down)) / (2 * eps))
     fd = unflatten_value(jnp.asarray(fd, dtype=flat.dtype).reshape(-1), space.tangent)
-    fdd = {**_slots(fd[0], "a"), **_slots(fd[1], "p")}
+    fdd = {**_named_leaves(fd[0], "a"), **_named_leaves(fd[1], "p")}
 
     report = BackwardReport()
     for k in ref:

@@ -169,14 +169,14 @@ def architectures(draw, depth=(1, 6), widths=WIDTHS, activations=tuple(SMOOTH_AC
 
     chain = functools.reduce(operator.rshift, parts)
 
-    def run(x, slots):  # slot by slot; a structural slot (copy, add) has no reference of its own
+    def reference(x, slots):  # slot by slot; a structural slot (copy, add) has no reference of its own
         for ref, s in zip(refs, slots):
             if ref is not None:
                 x = ref(x, s)
         return x
 
     if tied_slots is None:
-        return Architecture(chain, lambda x, p: run(x, p if len(refs) > 1 else (p,)), tuple(names))
+        return Architecture(chain, lambda x, p: reference(x, p if len(refs) > 1 else (p,)), tuple(names))
     i, j = tied_slots
     keep = [s for s in range(len(refs)) if s != j]
 
@@ -184,7 +184,7 @@ def architectures(draw, depth=(1, 6), widths=WIDTHS, activations=tuple(SMOOTH_AC
         by_slot = dict(zip(keep, (q,) if len(keep) == 1 else q))
         return tuple(by_slot[i] if s == j else by_slot[s] for s in range(len(refs)))
 
-    return Architecture(tie(chain, [i, j]), lambda x, q: run(x, untie(q)), tuple(names), (i, j),
+    return Architecture(tie(chain, [i, j]), lambda x, q: reference(x, untie(q)), tuple(names), (i, j),
                         chain)
 
 

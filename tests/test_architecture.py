@@ -100,7 +100,6 @@ def test_the_training_engine_reads_as_small_parts():
 # -- the source, walked: one door per module, no cycle, small modules --------------------------
 
 import ast  # noqa: E402
-from collections import defaultdict  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 

@@ -199,7 +199,7 @@ def _keys(path) -> tuple:
     return tuple(out)
 
 
-def _slots(paths: list, layers: dict) -> tuple:
+def _affine_slots(paths: list, layers: dict) -> tuple:
     """Slots of the leaves at `paths`: one per affine layer (its weight, then its bias, leaf
     indices in the pytree's order) at the place of its first leaf, one per other leaf.
     `layers`: layer path ↦ (weight key, bias key or None, declaration)."""
@@ -280,7 +280,7 @@ def from_equinox(module, dom=None, cod: Space | None = None, name: str | None = 
             decl = (Affine(bias=node.use_bias), node.in_features, node.out_features,
                     ".".join(map(str, where)) or "linear")
             layers[where] = ("weight", "bias" if node.use_bias else None, decl)
-    units, declared = _slots(paths, layers)
+    units, declared = _affine_slots(paths, layers)
     combine = lambda tree: eqx.combine(tree, static)  # noqa: E731
 
     def tap(tree, a, hooks):
@@ -405,7 +405,7 @@ def from_flax(module, dom=None, cod: Space | None = None, name: str | None = Non
             decl = (Affine(bias=node.use_bias, transposed=True), node.in_features,
                     node.out_features, ".".join(map(str, where)) or "linear")
             layers[where] = ("kernel", "bias" if node.use_bias else None, decl)
-    units, declared = _slots(paths, layers)
+    units, declared = _affine_slots(paths, layers)
     merge = lambda tree: nnx.merge(graphdef, tree, rest)  # noqa: E731
 
     def tap(tree, a, hooks):

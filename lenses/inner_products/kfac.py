@@ -298,13 +298,13 @@ class KFAC(DataMetric):
         def one(x, y, k):
             # Perturb each factored layer's output by δ_l (`probe`); the Jacobian in δ_l at 0
             # is B_l, so one reverse sweep per output coordinate gives every layer's B at once.
-            def run(deltas):
+            def perturbed(deltas):
                 inputs = []
                 z = model.probe(x, p, iter(deltas), inputs)
                 return ravel(z), (z, inputs)
 
             zeros = [jnp.zeros(sites[i].lens.cod.shape, dtype) for i in idx]
-            Bs, (z, inputs) = jax.jacrev(run, has_aux=True)(zeros)  # B_l : (m, n_out_l)
+            Bs, (z, inputs) = jax.jacrev(perturbed, has_aux=True)(zeros)  # B_l : (m, n_out_l)
             H = curv(z, y, k)
             abar = [jnp.concatenate([a, jnp.ones((1,), a.dtype)])
                     if site_kind(sites[i]) == "dense" else a for i, a in zip(idx, inputs)]

@@ -67,12 +67,12 @@ class CallableFamily(LossFamily):
         that checks values; a function that reads its target's value is shown zeros."""
         found = []
 
-        def run(t):
+        def read_target(t):
             found.append(self._loss(t).dom)
             return jnp.zeros(())
 
         try:
-            jax.eval_shape(run, y)
+            jax.eval_shape(read_target, y)
         except jax.errors.ConcretizationTypeError:
             return self._loss(jnp.zeros(y.shape, y.dtype)).dom
         return found[0]

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from categories import DomainError, Product, Space
+from categories import DomainError, Space
 from categories.errors import NonFiniteError, SpaceMismatch
-from categories.slots import slot_mismatch
+from categories.slots import slot_mismatch, slots
 
 tree_map = jax.tree_util.tree_map
 
@@ -28,13 +28,6 @@ def slot_names(model) -> list[str]:
     if len(model.parts) > 1:
         return [f"slot {i} ({part.name})" for i, part in enumerate(model.parts)]
     return [f"slot 0 ({model.name})"]
-
-
-def _slots(space: Space, x):
-    """(slot space, slot value) pairs: the factors of a product parameter object, else one."""
-    if isinstance(space, Product) and isinstance(x, tuple) and len(x) == len(space.factors):
-        return list(zip(space.factors, x))
-    return [(space, x)]
 
 
 def check_params(space: Space, p, names=None) -> None:
@@ -50,9 +43,9 @@ def check_params(space: Space, p, names=None) -> None:
 def slot_maxima(x, space: Space | None):
     """max |x| per slot of `space` (one slot if None): finite exactly when every coordinate
     of the slot is; 0 for a slot without coordinates. One reduction per leaf, nothing copied."""
-    slots = [x] if space is None else [v for _, v in _slots(space, x)]
+    values = [x] if space is None else [v for _, v in slots(space, x)]
     out = []
-    for v in slots:
+    for v in values:
         leaves = [jnp.max(jnp.abs(a)) for a in jax.tree_util.tree_leaves(v) if jnp.size(a)]
         out.append(jnp.max(jnp.stack(leaves)) if leaves else jnp.zeros(()))
     return jnp.stack(out)
@@ -65,10 +58,10 @@ def finite_flags(x, space: Space | None):
 
 def raise_outside(space: Space, p_new, names=None, note: str = "") -> None:
     """Raise the DomainError that names the slot (and coordinate) of p_new outside `space`."""
-    slots = _slots(space, p_new)
-    names = names if names is not None and len(names) == len(slots) else [
-        f"slot {i}" for i in range(len(slots))]
-    for name, (s, q) in zip(names, slots):
+    pairs = slots(space, p_new)
+    names = names if names is not None and len(names) == len(pairs) else [
+        f"slot {i}" for i in range(len(pairs))]
+    for name, (s, q) in zip(names, pairs):
         try:
             s.check(q, f"the updated point of {name}")
         except DomainError as e:

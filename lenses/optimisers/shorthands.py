@@ -149,7 +149,7 @@ def _probe_optax(tx) -> None:
     the memory of a covector outweighs the covector itself, and the steps grow for ever."""
     import jax.numpy as jnp
 
-    def run(covectors):
+    def vectors_out(covectors):
         p = jnp.zeros(())
         state, out = tx.init(p), []
         for g in covectors:
@@ -158,8 +158,8 @@ def _probe_optax(tx) -> None:
         return out
 
     try:
-        u0, u1 = run([1.0, 0.0])
-        _, w1 = run([0.0, 1.0])
+        u0, u1 = vectors_out([1.0, 0.0])
+        _, w1 = vectors_out([0.0, 1.0])
     except Exception:  # noqa: BLE001 - one needing extra arguments or shapes: not probed
         return
     if u0 > 0:
