@@ -42,6 +42,18 @@ def test_the_protocol_is_abstract_and_a_layer_is_built_by_layer():
     assert isinstance(layer, ParaLens) and layer(jnp.ones(2), None).tolist() == [2.0, 2.0]
 
 
+def test_an_inner_product_is_abstract_until_it_gives_sharp_and_flat():
+    from lenses import Metric
+
+    class OnlySharp(Metric):
+        def sharp(self, p, cov, ctx=None):
+            return cov
+
+    for cls in (Metric, OnlySharp):
+        with pytest.raises(TypeError, match="abstract.*flat"):
+            cls()
+
+
 def test_a_tying_map_declares_what_it_ties_and_a_smooth_map_has_the_defaults():
     r = tying_map(Product(R(2), R(3), R(2)), [0, 2])
     assert (r.slots, r.one_slot) == ((0, 2), False)

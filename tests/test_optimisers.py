@@ -232,6 +232,9 @@ class PerExample(Metric):
     def sharp(self, p, cov, ctx=None):
         return Vector(jax.tree_util.tree_map(lambda a: a / ctx.x.shape[0], unwrap(cov)))
 
+    def flat(self, p, vec, ctx=None):
+        return Covector(jax.tree_util.tree_map(lambda a: a * ctx.x.shape[0], unwrap(vec)))
+
 
 def test_sharp_passes_the_context():
     ctx = Context(MODEL, None, X, Y)
@@ -316,6 +319,9 @@ class AtPoint(Metric):
 
     def sharp(self, p, cov, ctx=None):
         return Vector(jax.tree_util.tree_map(lambda c, q: c / (1 + q * q), unwrap(cov), p))
+
+    def flat(self, p, vec, ctx=None):
+        return Covector(jax.tree_util.tree_map(lambda v, q: v * (1 + q * q), unwrap(vec), p))
 
 
 def _random_like(p, seed):

@@ -327,6 +327,9 @@ class PerExample(Metric):
         n = ctx.x.shape[0]
         return Vector(jax.tree_util.tree_map(lambda a: a / n, unwrap(cov)))
 
+    def flat(self, p, vec, ctx=None):
+        return Covector(jax.tree_util.tree_map(lambda a: a * ctx.x.shape[0], unwrap(vec)))
+
 
 def test_the_metric_sees_the_batch():
     """gd with the sum loss and the metric n·⟨,⟩ is gd with the mean loss."""

@@ -15,6 +15,7 @@ ignore it.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -55,8 +56,9 @@ class Context:
             object.__setattr__(self, "loss", loss_family(self.loss))
 
 
-class Metric(Value):
-    """An inner product g_p on the tangent spaces of a parameter object (abstract).
+class Metric(Value, abc.ABC):
+    """An inner product g_p on the tangent spaces of a parameter object (abstract: `sharp`
+    and `flat`, the two maps between covectors and vectors, are what a subclass gives).
 
     `sharp(p, cov, ctx)` takes a `Covector` (or its raw value, as `optax.chain` passes it)
     and refuses a `Vector` (`CovectorError`). A metric is a value (`lenses.values.Value`):
@@ -86,11 +88,13 @@ class Metric(Value):
         """(p')♯ and the state after this step, for a stateful metric (`stateful`)."""
         raise UnsupportedError(f"{type(self).__name__} keeps no state")
 
+    @abc.abstractmethod
     def sharp(self, p, cov, ctx: Context | None = None) -> Vector:
-        raise UnsupportedError(f"{type(self).__name__} must implement sharp")
+        """(p')♯ at p: the vector of the covector `cov`."""
 
+    @abc.abstractmethod
     def flat(self, p, vec, ctx: Context | None = None) -> Covector:
-        raise UnsupportedError(f"{type(self).__name__} must implement flat")
+        """v♭ at p: the covector of the vector `vec`."""
 
     def inner(self, p, u, v, ctx: Context | None = None):
         """g_p(u, v) = ⟨u♭, v⟩."""
