@@ -1214,10 +1214,11 @@ assert gd_s["score"].min() < adam_s["score"].min()  # gd in s's worst seed gets 
 So what rescues the small variances is the coordinates, not a metric as such: gradient
 descent in $\\log v$ *is* the log barrier's move, and Adam in $\\log v$ converges as well, on
 every seed at every rate of the range printed above. At its chosen rate its worst seed needs
-many more steps than gd in $\\log v$'s at gd's (the two counts printed above). Only in the coordinates $v$ do straight moves, adaptive or not, fail.
+many more steps than gd in $\\log v$'s at gd's (the two counts printed above). Only in the
+coordinates $v$ do straight moves, adaptive or not, fail.
 """),
     md("""
-The same in the training loop: `train_step` with `gd(2.5, metric=LogBarrier())` and with plain
+The same in the training loop, on seed 0: `train_step` with `gd(2.5, metric=LogBarrier())` and with plain
 `gd(2.5)` (refusing, not backtracking). At $v_0 = 1$ the two inner products coincide
 ($1/v^2 = 1$), so the first step *vectors* are equal; only the move differs.
 """),
