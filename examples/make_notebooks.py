@@ -1069,6 +1069,7 @@ def final(x, s):
 
 
 assert euclid["k"] is None  # no Euclidean rate gets every seed to the target
+assert not any(np.isfinite(s).any() for s in euclid["steps"])  # nor any seed, at any rate
 for lr, x in euclid["runs"].items():  # every Euclidean run, on every seed, meets the wall or stays far
     for s in SEEDS:
         assert x["left"][s] > 0 or x["refused"][s] or final(x, s) > 1e-2, (lr, s)
@@ -1208,13 +1209,13 @@ contiguous = adam_s["lrs"][adam_s["lrs"].index(reach[0]):adam_s["lrs"].index(rea
 print(f"adam in s gets every seed to the target at every rate from {reach[0]:g} to {reach[-1]:g}; its worst seed "
       f"needs {n_(adam_s['score'].min())} steps at best, gd in s's {n_(gd_s['score'].min())}")
 assert contiguous and len(reach) >= 5  # Adam in s converges, over a range of rates
-assert gd_s["score"].min() < adam_s["score"].min()  # gd in s's worst seed gets there first
+assert 10 * gd_s["score"].min() < adam_s["score"].min()  # gd in s's worst seed, in a tenth of the steps
 """, stable=True),
     md("""
 So what rescues the small variances is the coordinates, not a metric as such: gradient
 descent in $\\log v$ *is* the log barrier's move, and Adam in $\\log v$ converges as well, on
 every seed at every rate of the range printed above. At its chosen rate its worst seed needs
-many more steps than gd in $\\log v$'s at gd's (the two counts printed above). Only in the
+over ten times the steps of gd in $\\log v$'s at gd's (the two counts printed above). Only in the
 coordinates $v$ do straight moves, adaptive or not, fail.
 """),
     md("""
