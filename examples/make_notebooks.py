@@ -984,6 +984,9 @@ def report(name, r):
         reach = sum(any(s[j] < np.inf for s in r["steps"]) for j in SEEDS)
         print(f"  {name:32s} no rate gets every seed to the target; seeds that get there at any rate: "
               f"{reach}/{len(SEEDS)}")
+        # where no rate gets there, which rates diverge on which seed (late, after backtracking
+        # has shortened many moves) rests on rounding: not printed in a stable cell
+        return
     else:
         s = r["steps"][r["k"]]
         resolved(r["lrs"], r["k"], r["div"])
