@@ -214,27 +214,21 @@ class StepCore:
                 return self.steps(opt, state, a, b, k, kind == "gather")
 
             fn.__name__ = f"paralens_step_{kind}"  # the name JAX's compile logs and events give
-            if self.mesh is None:
-                self._compiled[kind] = jax.jit(fn)
-            elif self.layout is not None:
-                self._compiled[kind] = self._laid_out(fn, kind)
-            else:
-                rep = NamedSharding(self.mesh, PartitionSpec())
-                axes = (self.axis,) if kind == "call" else (None, self.axis)
-                batch = NamedSharding(self.mesh, PartitionSpec(*axes))
-                shardings = (rep, rep, batch, batch) + ((rep,) if kind != "call" else ())
-                self._compiled[kind] = jax.jit(fn, in_shardings=shardings, out_shardings=rep)
+            self._compiled[kind] = jax.jit(fn) if self.mesh is None else self._sharded(fn, kind)
         return self._compiled[kind]
 
-    def _laid_out(self, fn, kind):
-        """`fn` compiled with the state laid out by the layout (in and out) and the batch split
-        over the data axis (replicated if there is none): GSPMD inserts the collectives."""
+    def _sharded(self, fn, kind):
+        """`fn` compiled over the mesh: the batch split over the data axis (replicated if there
+        is none), the state replicated, or, with a layout, laid out by it in and out, and the
+        data a "gather" chunk reads on the device replicated; GSPMD inserts the collectives."""
         rep = NamedSharding(self.mesh, PartitionSpec())
         axes = (self.axis,) if kind == "call" else (None, self.axis)
         batch = rep if self.axis is None else NamedSharding(self.mesh, PartitionSpec(*axes))
-        if kind == "gather":  # data gathered on the device: the data and indices replicated
-            batch = rep
-        state = self.state_shardings
+        state = rep
+        if self.layout is not None:
+            state = self.state_shardings
+            if kind == "gather":
+                batch = rep
         shardings = (rep, state, batch, batch) + ((rep,) if kind != "call" else ())
         return jax.jit(fn, in_shardings=shardings, out_shardings=(state, rep))
 

@@ -61,10 +61,9 @@ class TrainStep:
         fixed = model.fixed("train_step")
         self.model, self.loss_family, self.opt = fixed, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
-        self.axis = axis if axis is not None else (mesh.axis_names[0] if mesh is not None else None)
         self.layout = layout
-        if layout is not None:
-            self.axis = _data_axis(mesh, layout, axis)
+        self.axis = (_data_axis(mesh, layout, axis) if layout is not None else axis
+                     if axis is not None else mesh.axis_names[0] if mesh is not None else None)
         if mesh is not None and self.axis is not None and self.axis not in mesh.axis_names:
             raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
