@@ -355,17 +355,28 @@ class ScaleByAdam(Part):
         return AdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
 
     def update(self, updates, state, params=None, **extra):
-        b1, b2, eps = self.b1, self.b2, self.eps
         count = state.count + 1
-        mu = tree_map(lambda g, m: (1 - b1) * g + b1 * m, updates, state.mu)
-        nu = tree_map(lambda g, n: (1 - b2) * (g * g) + b2 * n, updates, state.nu)
+        mu, nu = adam_moments(self.b1, self.b2, updates, tree_map(lambda g: g * g, updates),
+                              state.mu, state.nu)
+        return adam_direction(self.b1, self.b2, self.eps, count, mu, nu), AdamState(count, mu, nu)
 
-        def corrected(m, n):
-            m_hat = m / (1 - b1 ** count.astype(m.dtype))
-            n_hat = n / (1 - b2 ** count.astype(n.dtype))
-            return m_hat / (jnp.sqrt(n_hat) + eps)
 
-        return tree_map(corrected, mu, nu), AdamState(count, mu, nu)
+def adam_moments(b1, b2, g, squares, mu, nu):
+    """Adam's moments, written once: μ ← b1 μ + (1−b1) g, ν ← b2 ν + (1−b2) q, where q is the
+    squared size of g (g² per coordinate; a Riemannian norm, `riemannian_adam`)."""
+    return (tree_map(lambda a, m: (1 - b1) * a + b1 * m, g, mu),
+            tree_map(lambda q, n: (1 - b2) * q + b2 * n, squares, nu))
+
+
+def adam_direction(b1, b2, eps, count, mu, nu, scale=1.0):
+    """scale · μ̂ / (√ν̂ + ε) with the bias corrections μ̂ = μ / (1 − b1^t), ν̂ = ν / (1 − b2^t)
+    at step t = `count` (scale 1: Adam's rescaled vector; −lr: Riemannian Adam's move)."""
+    def one(m, n):
+        m_hat = m / (1 - b1 ** count.astype(m.dtype))
+        n_hat = n / (1 - b2 ** count.astype(n.dtype))
+        return scale * m_hat / (jnp.sqrt(n_hat) + eps)
+
+    return tree_map(one, mu, nu)
 
 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:

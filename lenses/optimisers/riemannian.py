@@ -34,7 +34,8 @@ from categories.errors import HyperparameterError, KindError
 from ..inner_products.geometry import BallGeometry, SlotMetric
 from ..inner_products.metrics import Diagonal, Euclidean
 from .lens import Optimiser
-from .parts import Part, check_decay, check_learning_rate, check_positive, sharp
+from .parts import (Part, adam_direction, adam_moments, check_decay, check_learning_rate,
+                    check_positive, sharp)
 
 tree_map = jax.tree_util.tree_map
 
@@ -107,18 +108,11 @@ class ScaleByRiemannianAdam(Part):
         return RiemannianAdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
 
     def update(self, updates, state, params=None, **extra):
-        lr, metric, b1, b2, eps = self.lr, self.metric, self.b1, self.b2, self.eps
+        metric = self.metric
         count = state.count + 1
-        m = tree_map(lambda g, t: (1 - b1) * g + b1 * t, updates, state.tau)
-        nu = tree_map(lambda q, n: (1 - b2) * q + b2 * n, squared_norms(metric, params, updates),
-                      state.nu)
-
-        def move(a, n):
-            a_hat = a / (1 - b1 ** count.astype(a.dtype))
-            n_hat = n / (1 - b2 ** count.astype(n.dtype))
-            return -lr * a_hat / (jnp.sqrt(n_hat) + eps)
-
-        u = tree_map(move, m, nu)
+        m, nu = adam_moments(self.b1, self.b2, updates, squared_norms(metric, params, updates),
+                             state.tau, state.nu)
+        u = adam_direction(self.b1, self.b2, self.eps, count, m, nu, scale=-self.lr)
         if isinstance(metric, SlotMetric):
             y = metric.retract(params, Vector(u), _space(metric))  # where the optimiser moves
             m = transport(metric, params, y, m)
