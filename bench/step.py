@@ -470,10 +470,14 @@ def loop_table(args):
         t = {k: sum((r["times"][k] for r in results), []) for k in results[0]["times"]}
         pair = lambda a, b: f"{C.med(C.paired_ratio(t[a], t[b])):.2f}"  # noqa: E731
         fit_ratio = lambda b: f"{C.med(t['fit']) / C.med(t[b]):.2f}"  # noqa: E731
+        # what a host batch adds to a step over a device batch, per repeat (side by side)
+        added = lambda a, b: C.med([x - y for x, y in zip(t[a], t[b])]) * 1e6  # noqa: E731
+        host = (f"{added('train_step, numpy batches', 'train_step, read at end'):.0f} / "
+                f"{added('jax loop, numpy batches', 'jax loop, read at end'):.0f}")
         rows.append(name + [C.summary(t[k], 1e6) if k in t else "—" for k in LOOP_COLUMNS])
         ratios.append(name + [pair("train_step, read at end", "jax loop, read at end"),
                               pair("train_step, read every step", "jax loop, read every step"),
-                              pair("train_step, numpy batches", "jax loop, numpy batches"),
+                              pair("train_step, numpy batches", "jax loop, numpy batches"), host,
                               pair("run", "jax loop, read at end"),
                               fit_ratio("jax loop, read at end"), pair("run", "jax scan"),
                               fit_ratio("jax scan"),
@@ -481,7 +485,8 @@ def loop_table(args):
     print(C.table(["network", "loss"] + [f"{k} µs" for k in LOOP_COLUMNS], rows))
     print()
     print(C.table(["network", "loss", "calls/JAX (read at end)", "calls/JAX (read every step)",
-                   "calls/JAX (numpy batches, read at end)", "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
+                   "calls/JAX (numpy batches, read at end)",
+                   "µs a numpy batch adds: train_step / JAX", "run/JAX loop", "fit/JAX loop", "run/JAX scan", "fit/JAX scan",
                    "compilations, sweep of 5 rates"], ratios))
 
 
