@@ -351,14 +351,18 @@ class ScaleByAdam(Part):
     shown_as: ClassVar[str] = "scale_by_adam"
 
     def init(self, params):
-        zeros = tree_map(jnp.zeros_like, params)
-        return AdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+        return AdamState(*adam_start(params))
 
     def update(self, updates, state, params=None, **extra):
         count = state.count + 1
         mu, nu = adam_moments(self.b1, self.b2, updates, tree_map(lambda g: g * g, updates),
                               state.mu, state.nu)
         return adam_direction(self.b1, self.b2, self.eps, count, mu, nu), AdamState(count, mu, nu)
+
+
+def adam_start(params):
+    """Adam's state before its first step: the count 0 and both moments zero."""
+    return jnp.zeros((), jnp.int32), tree_map(jnp.zeros_like, params), tree_map(jnp.zeros_like, params)
 
 
 def adam_moments(b1, b2, g, squares, mu, nu):

@@ -34,8 +34,8 @@ from categories.errors import HyperparameterError, KindError
 from ..inner_products.geometry import BallGeometry, SlotMetric
 from ..inner_products.metrics import Diagonal, Euclidean
 from .lens import Optimiser
-from .parts import (Part, adam_direction, adam_moments, check_decay, check_learning_rate,
-                    check_positive, sharp)
+from .parts import (Part, adam_direction, adam_moments, adam_start, check_decay,
+                    check_learning_rate, check_positive, sharp)
 
 tree_map = jax.tree_util.tree_map
 
@@ -104,8 +104,7 @@ class ScaleByRiemannianAdam(Part):
     shown_as: ClassVar[str] = "scale_by_riemannian_adam"
 
     def init(self, params):
-        zeros = tree_map(jnp.zeros_like, params)
-        return RiemannianAdamState(jnp.zeros((), jnp.int32), zeros, tree_map(jnp.zeros_like, params))
+        return RiemannianAdamState(*adam_start(params))
 
     def update(self, updates, state, params=None, **extra):
         metric = self.metric
