@@ -82,6 +82,24 @@ def test_a_layout_is_refused_at_set_up_of_the_step():
         Layout(slots={0: "split"})
 
 
+def test_the_batch_is_split_over_the_axis_asked_for_else_the_default_of_the_set_up():
+    device = np.array(jax.devices()[:1])
+    with_data = Mesh(device.reshape(1, 1), ("data", "model"))
+    without = Mesh(device.reshape(1, 1), ("batch", "model"))
+
+    def axis(**kw):
+        return train_step(MLP, half_squared_error, gd(0.1), **kw).axis
+
+    assert axis() is None  # no mesh: the batch is whole
+    assert axis(mesh=without) == "batch"  # a mesh alone: its first axis
+    assert axis(mesh=with_data, layout=Layout()) == "data"
+    assert axis(mesh=without, layout=Layout()) is None  # laid out, no data axis: whole
+    assert axis(mesh=with_data, axis="model") == "model"
+    assert axis(mesh=without, layout=Layout(), axis="batch") == "batch"
+    with pytest.raises(KindError, match="'tensor' is not an axis of the mesh"):
+        axis(mesh=with_data, axis="tensor")
+
+
 def test_optimiser_state_shaped_like_the_parameters_mirrors_their_partition():
     p = MLP.init(jax.random.PRNGKey(0))
     names = ((1, 2), None, (3, 4))  # stand-ins for the parameters' shardings

@@ -62,8 +62,7 @@ class TrainStep:
         self.model, self.loss_family, self.opt = fixed, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.layout = layout
-        self.axis = (_data_axis(mesh, layout, axis) if layout is not None else axis
-                     if axis is not None else mesh.axis_names[0] if mesh is not None else None)
+        self.axis = _data_axis(mesh, layout, axis)
         if mesh is not None and self.axis is not None and self.axis not in mesh.axis_names:
             raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
@@ -285,17 +284,22 @@ def train_step(model, loss_family, opt, reduction: str = "mean", mesh=None, axis
 
 
 def _data_axis(mesh, layout, axis):
-    """The mesh axis the batch is split over when a layout partitions the state."""
+    """The mesh axis the batch is split over: `axis` if given; else, with a layout, the mesh's
+    axis "data" if it has one (none: the batch is whole); with a mesh alone, its first axis;
+    without a mesh, none."""
     from .layout import Layout
 
-    if mesh is None:
-        raise KindError("layout= partitions the state over a mesh: pass mesh=Mesh(devices, "
-                        "('data', 'model')) too")
-    if not isinstance(layout, Layout):
-        raise KindError(f"layout must be a Layout, got {layout!r}")
-    if axis is not None:
+    if layout is not None:
+        if mesh is None:
+            raise KindError("layout= partitions the state over a mesh: pass mesh=Mesh(devices, "
+                            "('data', 'model')) too")
+        if not isinstance(layout, Layout):
+            raise KindError(f"layout must be a Layout, got {layout!r}")
+    if axis is not None or mesh is None:
         return axis
-    return "data" if "data" in mesh.axis_names else None
+    if layout is not None:
+        return "data" if "data" in mesh.axis_names else None
+    return mesh.axis_names[0]
 
 
 __all__ = ["TrainStep", "train_step"]
