@@ -418,3 +418,18 @@ def test_no_function_of_the_packages_over_60_lines():
                 if n > 60:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "functions over 60 lines:\n" + "\n".join(long)
+
+
+def test_every_module_the_readmes_layout_names_exists():
+    """The README's layout block: each `name.py` it gives in parentheses is a module of the
+    folder the line describes (or below it), and each `dir/` a folder there or at the root."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("\ncategories/ "):readme.index("\ntests/ ")]
+    entries = re.split(r"\n(?=\S)", block.strip())  # a folder's line and its continuations
+    named = [(entry.split()[0].rstrip("/"), word) for entry in entries
+             for inside in re.findall(r"\(([^()]*)\)", " ".join(entry.split()))
+             for word in re.findall(r"\w+\.py|\w+/", inside)]
+    assert len(named) > 15, named
+    for package, word in named:
+        where = [ROOT / word, ROOT / package / word, *(ROOT / package).rglob(word.rstrip("/"))]
+        assert any(p.exists() for p in where), f"the README's layout names {package}/{word}"

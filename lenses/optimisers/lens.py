@@ -242,7 +242,7 @@ def check_covector(p, p_cov, space: Space | None = None) -> None:
 
 def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "raise",
           max_halvings: int = 30, name: str | None = None) -> Optimiser:
-    """The optimiser lens of `sharp(metric)` followed by `parts` (the library's or optax's).
+    """The optimiser lens of `parts`, a `sharp(metric)` first and then the library's or optax's parts.
 
     `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr))` is `adam(lr, metric=m)`;
     `lookahead=True` takes the covector at the inertial point (see `Optimiser`).
