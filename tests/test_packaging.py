@@ -230,3 +230,14 @@ def test_mypy_finds_no_error_in_either_package():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if "type: ignore" in line:
                 assert re.search(r"type: ignore\[[\w-]+\]\s+#\s*\S", line), f"{path.name}:{n}: {line}"
+
+
+def test_ci_runs_the_readmes_test_command_derandomized():
+    """`.ci/run` calls the very command the README gives to run the tests, with CI=true (the
+    fixed Hypothesis draw, tests/conftest.py)."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Run the tests\s+```sh\n(.+?)\n```", readme, re.S)
+    assert block, "the README has no 'Run the tests' command"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci[-1] == block.group(1).strip(), (ci[-1], block.group(1))
+    assert 'export CI="${CI:-true}"' in ci
