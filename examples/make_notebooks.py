@@ -988,11 +988,10 @@ def report(name, r):
         # where no rate gets there, which rates diverge on which seed (late, after backtracking
         # has shortened many moves) rests on rounding: not printed in a stable cell
         return
-    else:
-        s = r["steps"][r["k"]]
-        resolved(r["lrs"], r["k"], r["div"])
-        print(f"  {name:32s} lr {r['lr']:<6g} worst {n_(s.max()):>5}  fail {int(np.sum(s == np.inf))}/{len(s)}  "
-              f"[{' '.join(n_(v) for v in s)}]")
+    s = r["steps"][r["k"]]
+    resolved(r["lrs"], r["k"], r["div"])
+    print(f"  {name:32s} lr {r['lr']:<6g} worst {n_(s.max()):>5}  fail {int(np.sum(s == np.inf))}/{len(s)}  "
+          f"[{' '.join(n_(v) for v in s)}]")
     print(f"  {'':32s} sweep " + " ".join(cell(*x) for x in zip(r["lrs"], r["score"], r["at"])))
 
 
