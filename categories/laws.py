@@ -410,10 +410,13 @@ def check_para_composition(f, g, a, p, q, *, compose=then, atol=ATOL, rtol=RTOL)
 
 @_law
 def check_para_associativity(f, g, h, a, p, q, r, *, compose=then, atol=ATOL, rtol=RTOL):
-    """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: both have parameters P × Q × R, point (p, q, r)."""
+    """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: both have parameters P × Q × R, point (p, q, r),
+    and both are (a, (p, q, r)) ↦ h(g(f(a, p), q), r)."""
     left, right, pqr = associated(f, g, h, p, q, r, compose)
-    assert_close(left(a, pqr), right(a, pqr), atol, rtol,
-                 "((f ≫ g) ≫ h)(a, (p, q, r)) vs (f ≫ (g ≫ h))(a, (p, q, r))")
+    # where composition flattens, both sides are one chain: the sequence is what they must equal
+    expected = h(g(f(a, p), q), r)
+    for side, m in (("(f ≫ g) ≫ h", left), ("f ≫ (g ≫ h)", right)):
+        assert_close(m(a, pqr), expected, atol, rtol, f"({side})(a, (p, q, r)) vs h(g(f(a, p), q), r)")
 
 
 @_law

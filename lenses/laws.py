@@ -119,9 +119,19 @@ def check_lens_of_identity(A, a, b, *, lens_of=_lens_of, identity=_lens_identity
 
 @_law
 def check_para_lens_associativity(f, g, h, a, p, q, r, d, *, compose=then, atol=ATOL, rtol=RTOL):
-    """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: parameters P × Q × R, point (p, q, r), same f'."""
+    """(f ≫ g) ≫ h = f ≫ (g ≫ h) up to flattening: parameters P × Q × R, point (p, q, r), and
+    both the lens run part by part: forward f, g, h, then backward h, g, f."""
     left, right, pqr = associated(f, g, h, p, q, r, compose)
-    _agree(_run(left, a, pqr, d), _run(right, a, pqr, d), ("(f ≫ g) ≫ h", "f ≫ (g ≫ h)"), atol, rtol)
+    # where composition flattens, both sides are one chain: the sequence is what they must equal
+    b = f.forward(a, p)
+    c = g.forward(b, q)
+    dc, dr = h.backward(c, r, d)
+    db, dq = g.backward(b, q, dc)
+    da, dp = f.backward(a, p, db)
+    slots = flat_slots(f, unwrap(dp)) + flat_slots(g, unwrap(dq)) + flat_slots(h, unwrap(dr))
+    expected = (h.forward(c, r), unwrap(da), slots)
+    for side, m in (("(f ≫ g) ≫ h", left), ("f ≫ (g ≫ h)", right)):
+        _agree(_run(m, a, pqr, d), expected, (side, "h ∘ g ∘ f forward, f ∘ g ∘ h backward"), atol, rtol)
 
 
 @_law

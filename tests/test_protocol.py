@@ -249,17 +249,57 @@ def test_kfac_uses_the_block_a_layer_declares_and_finds_it_inside_combinators():
 
 # -- nothing outside a lens class asks which class a lens is -----------------------------------
 
-LENS_CLASSES = {"ParaLens", "Layer", "Chain", "Parallel", "Reparam", "Checkpointed", "Repeat",
-                "Batched", "LensFamily"}
+def _lens_classes() -> set:
+    """The names of every lens class: ParaLens and its subclasses, batched lenses, families."""
+    from lenses.batched import Batched
+    from lenses.families import LensFamily
+    seen, todo = set(), [ParaLens, Batched, LensFamily]
+    while todo:
+        c = todo.pop()
+        if c.__name__ not in seen:
+            seen.add(c.__name__)
+            todo.extend(c.__subclasses__())
+    return seen
+
+
+def _asks(node: ast.AST) -> bool:
+    """Is `node` a question about a class: isinstance/issubclass, a comparison with type(x), a
+    class pattern of a match?"""
+    if isinstance(node, ast.Call):
+        return getattr(node.func, "id", None) in ("isinstance", "issubclass")
+    if isinstance(node, ast.Compare):
+        return any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "type"
+                   for n in [node.left, *node.comparators])
+    return isinstance(node, ast.MatchClass)
+
+
+def class_questions(root: pathlib.Path, classes: set) -> list:
+    """Every question about a class under `root` (recursively) that names one of `classes`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if _asks(node) and {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & classes:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
 
 
 def test_no_module_branches_on_the_class_of_a_lens():
+    import lenses.bridges.external  # noqa: F401 - Wrapped is a lens class too
+    classes = _lens_classes()
+    assert {"Chain", "Wrapped", "Checkpointed", "Repeat", "Batched", "LensFamily"} <= classes
     root = pathlib.Path(__file__).resolve().parents[1]
-    found = []
-    for path in sorted((root / "lenses").glob("*.py")) + sorted((root / "categories").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "type"):
-                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-                if names & LENS_CLASSES:
-                    found.append(f"{path.name}:{node.lineno}")
+    found = class_questions(root / "lenses", classes) + class_questions(root / "categories", classes)
     assert not found, f"code asks which class a lens is: {found}"
+
+
+def test_the_class_question_check_reads_every_package_and_its_subpackages(tmp_path):
+    """The walk must reach a subpackage (drawing/, inner_products/ ...): a question planted
+    two folders down is found."""
+    deep = tmp_path / "lenses" / "inner_products"
+    deep.mkdir(parents=True)
+    (deep / "kfac.py").write_text("def f(lens):\n    return type(lens) is Chain\n\n\n"
+                                  "def g(lens):\n    return isinstance(lens, (Layer, Chain))\n\n\n"
+                                  "def h(lens):\n    match lens:\n        case Chain(): return 1\n\n\n"
+                                  "def k(lens):\n    return type(lens).__name__, isinstance(lens, int)\n")
+    assert class_questions(tmp_path / "lenses", {"Chain"}) == [
+        f"lenses/inner_products/kfac.py:{n}" for n in (2, 6, 11)]

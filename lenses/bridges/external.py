@@ -354,9 +354,10 @@ def to_equinox(lens: Wrapped, p):
 
 
 def _back(lens, p, framework: str, who: str):
-    if not isinstance(lens, Wrapped) or lens.framework != framework:
+    # a lens made by a bridge says which framework made it; every other lens says none
+    if getattr(lens, "framework", None) != framework:
         raise KindError(f"{who} needs a lens made by from_{framework}, got "
-                        f"{lens.name if isinstance(lens, ParaLens) else type(lens).__name__}")
+                        f"{getattr(lens, 'name', type(lens).__name__)}")
     lens.param.check(p, f"the parameter of {lens.name}")
     return lens.module(p)
 

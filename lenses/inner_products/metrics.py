@@ -231,8 +231,8 @@ class Euclidean(Metric):
 
 
 class Diagonal(Metric):
-    """g(u, v) = Σ w_i u_i v_i with positive weights `w` (a pytree shaped like the parameter
-    point, or a scalar; None for R^0 slots).
+    """g(u, v) = Σ w_i u_i v_i, the w_i the positive `weights` (a pytree shaped like the
+    parameter point, or a scalar; None for R^0 slots).
 
     Examples:
         >>> unwrap(Diagonal(2.0).sharp(None, Covector(jnp.array([1.0, 2.0])))).tolist()
