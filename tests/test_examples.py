@@ -174,7 +174,7 @@ def test_notebooks_are_committed_as_generated_with_their_outputs():
             assert cell.execution_count is not None, f"{name} is committed unexecuted"
             assert not [o for o in cell.outputs if o.output_type == "error"], f"{name} has an error"
             assert "execution" not in cell.metadata, f"{name} keeps timing metadata"
-            if "print(" in cell.source and "stable" in cell.metadata.get("tags", []):
+            if "stable" in cell.metadata.get("tags", []):  # "" == "" would be no check
                 assert make_notebooks.stable_text(cell), f"{name}: a stable cell without output"
             if "plt.show()" in cell.source:
                 assert any("image/png" in o.get("data", {}) for o in cell.outputs), \

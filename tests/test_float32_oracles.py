@@ -11,13 +11,15 @@ import optax
 import pytest
 
 from categories import Covector, Product, R
-from lenses import (Tokens, adagrad, adam, batched, dense, embedding, gd, layer_norm, momentum,
-                    rnn_cell)
+from lenses import (Tokens, adagrad, adam, avg_pool, batched, conv2d, dense, embedding, gd, gru_cell,
+                    layer_norm, max_pool, momentum, rnn_cell)
+from oracles import conv_by_hand, elman, gru, pool_by_hand
 
 TOL = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-9, atol=1e-12)}
 #: the widths run here: float64 oracle tests of the same layers and optimisers are in
-#: test_layers, test_modern_layers, test_recurrent and test_optimisers; the float64 case is
-#: kept for the cheap embedding check (both widths side by side)
+#: test_layers, test_modern_layers, test_recurrent and test_optimisers (the same oracles,
+#: tests/oracles.py); the float64 case is kept for the cheap embedding check (both widths
+#: side by side)
 WIDTHS = ["float32"]
 T, D, N = 3, 4, 2
 
@@ -35,8 +37,11 @@ def _ln(x, g, b):
 CASES = {
     "dense": (lambda: dense(3, 2), lambda x, p: p[0] @ x + p[1], (3,)),
     "layer_norm": (lambda: layer_norm(D).at(R(T, D)), lambda x, p: _ln(x, p[0], p[1]), (T, D)),
-    "rnn_cell": (lambda: rnn_cell(2, 3),
-                 lambda xh, p: jnp.tanh(p[0] @ xh[0] + p[1] @ xh[1] + p[2]), None),
+    "rnn_cell": (lambda: rnn_cell(2, 3), lambda xh, p: elman(xh[0], xh[1], p), None),
+    "gru_cell": (lambda: gru_cell(2, 3), lambda xh, p: gru(xh[0], xh[1], p), None),
+    "conv2d": (lambda: conv2d(2, 3, 3).at(R(2, 5, 5)), lambda x, p: conv_by_hand(x, *p), (2, 5, 5)),
+    "max_pool": (lambda: max_pool(2).at(R(2, 4, 4)), lambda x, p: pool_by_hand(x, jnp.max), (2, 4, 4)),
+    "avg_pool": (lambda: avg_pool(2).at(R(2, 4, 4)), lambda x, p: pool_by_hand(x, jnp.mean), (2, 4, 4)),
 }
 
 

@@ -79,8 +79,8 @@ def close(a, b, rtol, atol):
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-9), (np.float32, 2e-4)])
 def test_without_averaging_the_batch_factors_give_the_dense_solve(dtype, rtol):
-    """Default KFAC() (stateless) and KFAC(model=...) with decay 0 and periods 1 (its state)
-    both solve with the batch's own exact factors, step after step."""
+    """Default KFAC() (stateless) solves with the batch's own exact factors (the stateful
+    KFAC(model=...) with decay 0 and periods 1: the next test)."""
     lam = 0.05
     p, (x, y) = point(1, dtype), batch(2, dtype=dtype)
     g = point(3, dtype)

@@ -11,6 +11,7 @@ from lenses import (Layer, avg_pool, bias, binary_cross_entropy, conv2d, dL, den
                     half_squared_error, linear, max_pool, relu, sigmoid, softmax_cross_entropy, tanh,
                     tie)
 from lenses.laws import assert_close
+from oracles import conv_by_hand, pool_by_hand
 
 KEY = jax.random.PRNGKey(3)
 # Test data from numpy: each new shape drawn by jax.random costs an XLA compilation (seconds).
@@ -38,20 +39,6 @@ def test_relu_is_marked_not_smooth_and_its_derivative_at_zero_is_zero():
 
 
 # -- convolution, pooling, flatten against second implementations ----------------------------
-
-def conv_by_hand(x, K, b):
-    """VALID, stride 1: y[o, i, j] = Σ_{c,u,v} K[o, c, u, v] x[c, i + u, j + v] + b[o]."""
-    kh, kw = K.shape[2:]
-    H, W_ = x.shape[1] - kh + 1, x.shape[2] - kw + 1
-    y = sum(jnp.einsum("oc,cij->oij", K[:, :, u, v], x[:, u:u + H, v:v + W_])
-            for u in range(kh) for v in range(kw))
-    return y + b[:, None, None]
-
-
-def pool_by_hand(x, reduce):
-    C, H, W_ = x.shape
-    return reduce(x.reshape(C, H // 2, 2, W_ // 2, 2), axis=(2, 4))
-
 
 def compare(lens, oracle, x, p, seed):
     """forward vs oracle; backward (a', p') vs jax.grad of ⟨c', oracle⟩ for a random c'."""

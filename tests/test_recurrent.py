@@ -17,29 +17,13 @@ from categories import R
 from lenses import (Tied, batched, checkpoint, diagram, expression, gru_cell, positionwise_dense,
                     rnn_cell, unroll, uses)
 from lenses.laws import assert_close
+from oracles import elman, gru
 
 TOL = dict(atol=1e-9, rtol=1e-9)
 
 
 def normal(seed, shape):
     return jnp.asarray(np.random.default_rng(seed).standard_normal(shape))
-
-
-def elman(x, h, p):
-    W, U, b = p
-    return jnp.tanh(W @ x + U @ h + b)
-
-
-def gru(x, h, p):
-    """PyTorch's GRU equations, gate by gate (W, U stack the r, z, n rows)."""
-    W, U, b, c = p
-    m = h.shape[0]
-    Wr, Wz, Wn = W[:m], W[m:2 * m], W[2 * m:]
-    Ur, Uz, Un = U[:m], U[m:2 * m], U[2 * m:]
-    r = 1.0 / (1.0 + jnp.exp(-(Wr @ x + b[:m] + Ur @ h + c[:m])))
-    z = 1.0 / (1.0 + jnp.exp(-(Wz @ x + b[m:2 * m] + Uz @ h + c[m:2 * m])))
-    n = jnp.tanh(Wn @ x + b[2 * m:] + r * (Un @ h + c[2 * m:]))
-    return (1.0 - z) * n + z * h
 
 
 CELLS = {"rnn": (rnn_cell, elman), "gru": (gru_cell, gru)}

@@ -58,10 +58,7 @@ def test_a_sweep_of_five_learning_rates_through_fit_compiles_once():
         finals.append(bits(state.params))
     assert len(traces) == first  # not one trace more
     assert len({tuple(f) for f in finals}) == 5  # and the rates did differ
-    # the rate is an argument, not a constant: a fresh step at another rate agrees with the
-    # per-step loop at that rate
-    step = train_step(model, half_squared_error, gd(0.3))
-    assert step.traces.get("call", 0) <= 1
+    # that each rate's result is its own (not the first rate's constant): test_compile_sharing
 
 
 def weighted(lam):
