@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lenses import Diagonal, GaussNewton, adam, dense, fit, gd, half_squared_error, momentum, tanh, train_step
+from lenses import (Diagonal, Euclidean, GaussNewton, adam, chain, dense, fit, gd, half_squared_error, momentum,
+                    scale_by_adam, scale_by_learning_rate, sharp, tanh, train_step)
 
 COMPILE = "/jax/core/compile/backend_compile_duration"
 RATES = (0.01, 0.02, 0.05, 0.1, 0.2)
@@ -154,3 +155,7 @@ def test_an_optimiser_is_an_immutable_pytree_whose_leaves_are_its_numbers():
         adam(0.1, b1=0.8, metric=Diagonal(2.0)))
     with pytest.raises(dataclasses.FrozenInstanceError):
         opt.parts[-1].lr = 0.2  # type: ignore[misc]
+    # what ARCHITECTURE.md writes adam(0.1) as: equal with the name, another structure without
+    parts = (sharp(Euclidean()), scale_by_adam(0.9, 0.999, 1e-8), scale_by_learning_rate(0.1))
+    assert adam(0.1) == chain(*parts, name="adam")
+    assert adam(0.1) != chain(*parts) and jax.tree_util.tree_leaves(chain(*parts)) == [0.9, 0.999, 1e-8, 0.1]

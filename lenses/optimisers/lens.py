@@ -244,8 +244,10 @@ def chain(*parts, lookahead: bool | Callable = False, on_domain_error: str = "ra
           max_halvings: int = 30, name: str | None = None) -> Optimiser:
     """The optimiser lens of `parts`, a `sharp(metric)` first and then the library's or optax's parts.
 
-    `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr))` is `adam(lr, metric=m)`;
-    `lookahead=True` takes the covector at the inertial point (see `Optimiser`).
+    `chain(sharp(m), scale_by_adam(), scale_by_learning_rate(lr), name="adam")` is
+    `adam(lr, metric=m)` (the name is part of the structure: without it the two compute the
+    same, but are not equal and do not share a compilation); `lookahead=True` takes the
+    covector at the inertial point (see `Optimiser`).
 
     Examples:
         >>> opt = chain(sharp(), scale_by_learning_rate(0.5))
