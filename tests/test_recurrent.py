@@ -9,6 +9,7 @@ whose covectors summed over time must give the tied slot's covector.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
@@ -63,8 +64,9 @@ def perturbed(cell, seed):
     return jax.tree_util.tree_map(lambda a: a + 0.3 * normal(seed + 1, a.shape), p)
 
 
-@settings(max_examples=3, deadline=None)
-@given(st.sampled_from(sorted(CELLS)), st.sampled_from([(1, 2, 3), (5, 3, 4)]), st.integers(0, 2 ** 10))
+@pytest.mark.parametrize("kind", sorted(CELLS))  # each cell every run; the draws: shape, seed
+@settings(max_examples=2, deadline=None)
+@given(shape=st.sampled_from([(1, 2, 3), (5, 3, 4)]), seed=st.integers(0, 2 ** 10))
 def test_unrolled_cell_equals_a_hand_written_scan_in_values_and_gradients(kind, shape, seed):
     T, n_in, n_h = shape
     make, step = CELLS[kind]

@@ -80,6 +80,13 @@ def test_three_uses_receive_the_sum_of_three_covectors():
     _, dp = chain.backward(x, (p, None, p, None, p), c)
     total = jax.tree_util.tree_map(lambda a, b, d: a + b + d, dp.value[0], dp.value[2], dp.value[4])
     assert_close(dq.value[0], total, what="three uses: the sum of three covectors")
+    # and, independently of the library's backward parts, jax.grad of the network by hand
+
+    def by_hand(Wb):
+        W, b = Wb
+        return jnp.dot(c, W @ jnp.tanh(W @ jnp.tanh(W @ x + b) + b) + b)
+
+    assert_close(dq.value[0], jax.grad(by_hand)(p), what="three uses vs jax.grad by hand")
 
 
 def test_copy_add_discard_backward_parts_by_hand():
