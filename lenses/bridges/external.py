@@ -23,8 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from categories import Product, R, Space
+from categories.points import describe
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
+from ..composable import Composable
 from ..layer import Layer
 from ..para_lens import ParaLens
 from ..sites import Affine, Site
@@ -357,7 +359,7 @@ def _back(lens, p, framework: str, who: str):
     # a lens made by a bridge says which framework made it; every other lens says none
     if getattr(lens, "framework", None) != framework:
         raise KindError(f"{who} needs a lens made by from_{framework}, got "
-                        f"{getattr(lens, 'name', type(lens).__name__)}")
+                        f"{lens.name if isinstance(lens, Composable) else describe(lens)}")
     lens.param.check(p, f"the parameter of {lens.name}")
     return lens.module(p)
 
