@@ -14,6 +14,19 @@ import numpy as np
 from .errors import DomainError
 
 
+def is_real_dtype(dtype, booleans: bool = False) -> bool:
+    """Whether entries of this dtype are real numbers: a float (bfloat16 and the other
+    ml_dtypes floats included, which numpy's own `np.issubdtype` does not count as numbers) or
+    an integer dtype; with `booleans`, bool too (a target may be 0/1). The one test of real
+    dtypes: every check of points, covectors and targets asks it."""
+    try:
+        dtype = np.dtype(dtype)
+        real = bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+    except TypeError:
+        return False
+    return real or (booleans and dtype == np.bool_)
+
+
 def real_dtype_mismatch(x) -> str | None:
     """None if the entries of x are real numbers by their type (a float or integer dtype, a
     Python int or float), else what they are instead: a bool, a complex number, another dtype.
@@ -23,11 +36,7 @@ def real_dtype_mismatch(x) -> str | None:
     dtype = getattr(x, "dtype", None)
     if dtype is None:
         return f"the complex number {x!r}" if isinstance(x, complex) else None
-    try:
-        real = bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
-    except TypeError:
-        real = False
-    return None if real else f"an array of dtype {dtype}"
+    return None if is_real_dtype(dtype) else f"an array of dtype {dtype}"
 
 
 def check_finite(x, what: str, space) -> None:
@@ -68,4 +77,4 @@ def describe(x) -> str:
     return f"an array of shape {tuple(shape)}"
 
 
-__all__ = ["real_dtype_mismatch", "check_finite", "is_concrete", "shape_of", "describe"]
+__all__ = ["is_real_dtype", "real_dtype_mismatch", "check_finite", "is_concrete", "shape_of", "describe"]

@@ -26,6 +26,7 @@ import numpy as np
 from categories import Covector, Product, Space, Vector
 from categories.errors import CovectorError, KindError, MetricError, SlotError, UnsupportedError
 from categories.linear import pairing, unwrap
+from categories.points import is_real_dtype
 
 from ..losses import LossFamily, loss_family
 from ..values import Value, assign, static
@@ -160,7 +161,7 @@ def _real_leaves(value, who: str, kind: str):
     for leaf in jax.tree_util.tree_leaves(value):
         dtype = getattr(leaf, "dtype", None)
         real = (isinstance(leaf, (int, float)) and not isinstance(leaf, bool)) if dtype is None \
-            else bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+            else is_real_dtype(dtype)
         if not real:
             raise CovectorError(f"{who} takes {kind} of real numbers, got a leaf "
                                 f"{type(leaf).__name__}" + (f" of dtype {dtype}" if dtype else ""))

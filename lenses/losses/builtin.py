@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import R
+from categories.points import is_real_dtype
 from categories.errors import HyperparameterError, TargetError, TargetTypeError
 
 from .family import LossFamily, shape_text
@@ -39,7 +40,7 @@ def _need_finite(fam, Y):
 
 
 def _need_real(fam, Y, what="targets"):
-    if not (np.issubdtype(Y.dtype, np.number) or Y.dtype == np.bool_):
+    if not is_real_dtype(Y.dtype, booleans=True):
         raise TargetTypeError(f"{fam!r}: {what} must be real numbers, got dtype {Y.dtype}")
 
 
@@ -92,8 +93,11 @@ class SoftmaxCrossEntropy(LossFamily):
     def __post_init__(self):
         k = self.classes
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer))
-                              or k < 1):
-            raise HyperparameterError(f"softmax_cross_entropy: classes must be a positive integer, got {k!r}")
+                              or k < 2):
+            raise HyperparameterError(
+                f"softmax_cross_entropy: classes must be an integer ≥ 2, got {k!r}" +
+                (": over one class the loss is 0 whatever the output, and nothing is learnt; "
+                 "for one output, a probability, use binary_cross_entropy" if k == 1 else ""))
         if k is not None:
             object.__setattr__(self, "classes", int(k))
 
@@ -120,6 +124,11 @@ class SoftmaxCrossEntropy(LossFamily):
                                 "classes: use softmax_cross_entropy(classes=k) (or "
                                 "softmax_cross_entropy(label, classes=k) for one loss)")
             return R(self.classes)
+        if shape[-1] < 2:  # one class: softmax is 1, the loss 0 whatever the output
+            raise TargetError(f"{self!r}: a probability-vector target needs at least 2 entries "
+                              f"on its last axis, got shape {shape_text(shape)}: over one class "
+                              "nothing is learnt; for one output, a probability, use "
+                              "binary_cross_entropy")
         if self.classes is not None and shape[-1] != self.classes:
             raise TargetError(f"{self!r}: a probability-vector target needs {self.classes} "
                              f"entries on its last axis, got shape {shape_text(shape)}")

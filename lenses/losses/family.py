@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import R, Smooth, Space
+from categories.points import is_real_dtype
 from categories.errors import ParalensError, KindError, TargetError, TargetTypeError, UnsupportedError
 
 _MISSING = object()
@@ -145,11 +146,7 @@ class LossFamily:
         naming the family, what it expected and what it was given. Shapes are checked always,
         values (labels in range, probabilities in [0, 1], ...) only for concrete Y."""
         Y = _as_array(Y, self)
-        try:
-            numeric = bool(jnp.issubdtype(Y.dtype, jnp.number) or Y.dtype == np.bool_)
-        except TypeError:
-            numeric = False
-        if not numeric or jnp.issubdtype(Y.dtype, jnp.complexfloating):
+        if not is_real_dtype(Y.dtype, booleans=True):
             raise TargetTypeError(f"{self!r}: targets must be real numbers, got dtype {Y.dtype}")
         shape = tuple(np.shape(Y))
         if batched and not shape:

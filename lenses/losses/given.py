@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable
 
 import jax
@@ -29,6 +30,27 @@ def _fn_key(fn):
     return ("fn", fn)
 
 
+def _need_one_argument(fn, name: str) -> None:
+    """Refuse (`KindError`) a function that needs two or more positional arguments: a loss
+    (output, target) ↦ number, as optax writes them, where a family y ↦ L_y belongs. (A
+    function whose signature Python cannot read is taken at its word.)"""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    needed = [q.name for q in params if q.default is q.empty and q.kind in
+              (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+    if len(needed) < 2:
+        return
+    raise KindError(
+        f"the loss {name}({', '.join(needed)}) takes {len(needed)} arguments, but a loss family "
+        "is a function of the target alone, y ↦ L_y, returning the loss of an output for that "
+        "target (a Smooth C → R). Write a LossFamily whose value(c, y) is the loss of one output "
+        "c at one target y, e.g. for an optax loss: class CE(LossFamily): "
+        "def value(self, c, y): return optax.softmax_cross_entropy(c, y); then pass CE(); or "
+        "pass y ↦ Smooth(R(k), R(), lambda c: loss(c, y))")
+
+
 class CallableFamily(LossFamily):
     """A loss family given as a plain function y ↦ L_y (a `Smooth` C → R). It has a value
     (so `GaussNewton` works with it) but no known predictive distribution (so `Fisher`
@@ -43,6 +65,7 @@ class CallableFamily(LossFamily):
     def __init__(self, fn: Callable):
         self.fn = fn
         self.name = getattr(fn, "__name__", None) or repr(fn)
+        _need_one_argument(fn, self.name)
         self._spaces: dict = {}  # (target shape, dtype) ↦ output space, so fn runs once per shape
 
     def _loss(self, y):

@@ -26,7 +26,7 @@ states (NamedTuples with parameter-shaped leaves and None at R^0 slots), as `opt
 keeps it.
 """
 
-from .faults import (check_params, finite_flags, raise_non_finite, raise_outside,
+from .faults import (check_floating, check_params, finite_flags, raise_non_finite, raise_outside,
                      slot_names)
 from .lens import Optimiser, chain
 from .parts import (AdagradState, AdamState, EmptyState, Foreign, MomentumState, Part, Sharp,

@@ -40,6 +40,24 @@ def check_params(space: Space, p, names=None) -> None:
         raise SpaceMismatch(why + none)
 
 
+def check_floating(space: Space, p, names=None, what: str = "the initial parameters") -> None:
+    """Refuse (`DomainError`) a parameter point with a leaf of integer dtype, naming the slot
+    and the dtype: a step moves a point by real amounts, and JAX gives an integer leaf no
+    derivative (float0), so it could never move. (Its shape is `check_params`' question.)"""
+    pairs = slots(space, p)
+    names = names if names is not None and len(names) == len(pairs) else [
+        f"slot {i}" for i in range(len(pairs))]
+    for name, (_, q) in zip(names, pairs):
+        for leaf in jax.tree_util.tree_leaves(q):
+            dtype = jnp.result_type(leaf)
+            if not jnp.issubdtype(dtype, jnp.inexact):
+                raise DomainError(
+                    f"{what}: {name} holds an array of dtype {dtype}, but a training step moves "
+                    "parameters by real amounts and JAX differentiates only floating-point "
+                    "values: cast them to floating point, e.g. "
+                    "jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)")
+
+
 def slot_maxima(x, space: Space | None):
     """max |x| per slot of `space` (one slot if None): finite exactly when every coordinate
     of the slot is; 0 for a slot without coordinates. One reduction per leaf, nothing copied."""
@@ -104,5 +122,5 @@ def backtrack(space, p, p_new, inside, max_halvings):
     return p_out, ok
 
 
-__all__ = ["slot_names", "check_params", "finite_flags", "raise_outside", "raise_non_finite",
+__all__ = ["slot_names", "check_params", "check_floating", "finite_flags", "raise_outside", "raise_non_finite",
            "is_concrete", "backtrack"]

@@ -7,6 +7,7 @@ import numpy as np
 
 from categories import Product
 from categories.errors import ShapeError, TargetError
+from categories.points import is_real_dtype
 
 from ..optimisers import check_params, slot_names
 from ..batched import batched
@@ -80,8 +81,7 @@ def check_labels(model, X, Y) -> np.ndarray:
     if Y.ndim != 2 or Y.shape[1] != k:
         raise TargetError(f"accuracy({model.name}): one-hot targets need shape ({n}, {k}) for "
                           f"outputs {cod!r}, got shape {Y.shape}")
-    if not (np.issubdtype(Y.dtype, np.number) or Y.dtype == np.bool_) or \
-            np.issubdtype(Y.dtype, np.complexfloating) or not np.all(np.isfinite(Y)):
+    if not is_real_dtype(Y.dtype, booleans=True) or not np.all(np.isfinite(Y)):
         raise TargetError(f"accuracy({model.name}): one-hot targets must be finite real numbers")
     return np.argmax(Y, axis=-1)
 

@@ -30,7 +30,7 @@ from categories.errors import CheckpointMismatch, HyperparameterError, KindError
 
 from .evaluate import accuracy, check_labels
 from .saved import load, save
-from .sources import InMemory, Stream, as_key, count_arg, key_data
+from .sources import InMemory, Stream, as_key, count_arg, flag_arg, key_data
 from .state import TrainState
 from .trainer import train_step
 
@@ -78,8 +78,7 @@ class Checkpoints:
                             f"{self.path!r}")
         if self.every is not None:
             object.__setattr__(self, "every", count_arg(self.every, "Checkpoints: every", 1))
-        if not isinstance(self.resume, bool):
-            raise KindError(f"Checkpoints: resume must be True or False, got {self.resume!r}")
+        object.__setattr__(self, "resume", flag_arg(self.resume, "Checkpoints: resume", none=False))
         if self.on_save is not None and not callable(self.on_save):
             raise KindError(f"Checkpoints: on_save must be a function state -> None, got "
                             f"{self.on_save!r}")
@@ -114,7 +113,10 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
 
     `checkpoints` (a `Checkpoints`) saves the run every N steps to its file, or continues the
     run saved there, or both. Everything is checked before anything is compiled
-    (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`). `mesh` splits each
+    (`ShapeError`, `TargetError`, `HyperparameterError`, `KindError`) but an iterable's
+    batches, each checked as it comes. An error during the run carries `.history`; a fault,
+    and a batch of an iterable refused (or the iterable's own error), carry `.state` too: the
+    state before the faulting step or batch, every step before it kept. `mesh` splits each
     batch over a mesh axis; `layout` (a `Layout`) splits the parameters and optimiser state
     over it for the whole run (`train_step`).
 
@@ -139,6 +141,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
     every = _checkpoints(checkpoints).every if checkpoints is not None else None
     callbacks = _callables(callbacks)
+    progress = flag_arg(progress, "fit: progress")
     source = (InMemory if _in_memory(data) else Stream)(
         step, data, batch_size, as_key(key), on_device, steps_per_dispatch, every)
     _check_eval(step, eval_data)
@@ -169,11 +172,23 @@ class _Fitting:
         self.started, self.taken = time.perf_counter(), 0
 
     def go(self):
-        """Dispatch each chunk, then settle the one before it: (state, history)."""
+        """Dispatch each chunk, then settle the one before it: (state, history). An error
+        of the source (a batch of an iterable refused as it arrives) is raised once the
+        chunks before it are settled, with `.state`, the state they reached, and `.history`."""
         pending = None
+        chunks = self.source.chunks(self.state.steps_taken(), self.first, self.last,
+                                    self.max_steps)
         try:
-            for chunk in self.source.chunks(self.state.steps_taken(), self.first, self.last,
-                                            self.max_steps):
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except Exception as error:  # noqa: BLE001 - the steps before it are kept
+                    if pending is not None:
+                        self._settle(*pending)  # a fault there is the earlier error
+                    error.state, error.history = self.state, self.history  # type: ignore[attr-defined]
+                    raise
+                if chunk is None:
+                    break
                 if chunk.first_in_epoch:
                     self.started, self.taken = time.perf_counter(), 0
                 start = pending[1].end if pending is not None else self.state
@@ -232,7 +247,7 @@ class _Fitting:
 def _bar(progress, total):
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if progress is None else bool(progress)
+    show = sys.stderr.isatty() if progress is None else progress
     return tqdm(total=total, disable=not show, unit="step", leave=True)
 
 

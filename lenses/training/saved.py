@@ -373,7 +373,10 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
     count, fault = tensors.get("count"), tensors.get("fault")
     if count is None or fault is None or count.shape != () or fault.shape != (3,):
         raise CheckpointError(f"{os.fspath(path)!r} lacks a step count or fault record")
-    state = TrainState.of(params, opt_state, int(count), tuple(int(v) for v in fault))
+    try:
+        state = TrainState.of(params, opt_state, int(count), tuple(int(v) for v in fault))
+    except KindError as e:  # a fault record of no known kind: the file is not one we wrote
+        raise CheckpointError(f"{os.fspath(path)!r}: {e}") from None
     info = dict(meta)
     info["extra"] = {name: tensors[f"extra.{name}"] for name in meta.get("extra", [])}
     return Saved(_place(state, model, opt, mesh, layout), _key(path, meta, tensors), info)

@@ -53,6 +53,14 @@ def count_arg(x, name: str, least: int) -> int:
     return k
 
 
+def flag_arg(x, name: str, none: bool = True):
+    """x if it is True or False (or None, where `none` allows the default), else `KindError`:
+    a documented flag is not read by truthiness ("no" would be True)."""
+    if (x is None and none) or isinstance(x, (bool, np.bool_)):
+        return None if x is None else bool(x)
+    raise KindError(f"{name} must be True or False{' (or None)' if none else ''}, got {x!r}")
+
+
 def as_key(key):
     """A JAX PRNG key from a key, an integer seed or None (seed 0); else `KindError`."""
     if key is None or (isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
@@ -90,7 +98,10 @@ def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
         >>> bool(np.array_equal(order, epoch_order(0, 1, 7, 2)))
         True
     """
-    seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [int(epoch)])
+    epoch = count_arg(epoch, "epoch_order: epoch (counted from 1)", 1)
+    n = count_arg(n, "epoch_order: n, the number of examples,", 0)
+    batch_size = count_arg(batch_size, "epoch_order: batch_size", 1)
+    seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [epoch])
     batches = n // batch_size
     perm = np.random.default_rng(seed).permutation(n)
     return perm[: batches * batch_size].reshape(batches, batch_size)
@@ -164,8 +175,9 @@ class InMemory:
             count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
         self.k_max = min(self.k_max, 256) if steps_per_dispatch is None else self.k_max
         nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((X, Y)))
+        on_device = flag_arg(on_device, "fit: on_device")
         self.device = step.mesh is None and (nbytes <= DEVICE_DATA_LIMIT if on_device is None
-                                             else bool(on_device))
+                                             else on_device)
         self.data = jax.device_put((X, Y)) if self.device else (np.asarray(X), np.asarray(Y))
 
     def identity(self) -> dict:
@@ -197,7 +209,8 @@ class InMemory:
 
 class Stream:
     """An iterable of batches (X, Y), taken as they come, grouped into chunks of batches of
-    one shape; each batch is checked as it arrives."""
+    one shape; each batch is checked as it arrives. A batch refused (or an error of the
+    iterable itself) ends the chunk before it, which is still yielded, then is raised."""
 
     resumable = False
 
@@ -237,7 +250,12 @@ class Stream:
             for (X, Y), after in _with_next(self._batches(seen)):
                 seen, took, count = seen + 1, took + 1, count + 1
                 group.append((X, Y))
-                final = after is None or (max_steps is not None and count >= max_steps)
+                stop = max_steps is not None and count >= max_steps
+                if after is REFUSED and not stop:  # the batches before a refused one run
+                    yield self._chunk(group, epoch, started, False)
+                    group, started = [], False
+                    continue  # drawing the next item raises the refusal
+                final = after is None or after is REFUSED or stop
                 if final or len(group) == self.k_max or (self.every and count % self.every == 0) \
                         or after[0].shape != X.shape or after[1].shape != Y.shape:
                     yield self._chunk(group, epoch, started, final)
@@ -252,18 +270,31 @@ class Stream:
         return Chunk((_to_device(self.step, stacked),), epoch, first, last)
 
 
+#: what `_with_next` gives as the item after one whose successor could not be drawn
+REFUSED = object()
+
+
 def _with_next(iterable):
-    """(item, the item after it or None): where an iterable ends is known at its last item."""
+    """(item, the item after it or None): where an iterable ends is known at its last item.
+    Where drawing the next item raises, `REFUSED` takes its place, and the error is raised
+    when the caller asks for the item after it: the items before it are still taken."""
     it = iter(iterable)
     try:
         item = next(it)
     except StopIteration:
         return
-    for after in it:
+    while True:
+        try:
+            after = next(it)
+        except StopIteration:
+            yield item, None
+            return
+        except Exception:  # noqa: BLE001 - raised once `item` is taken
+            yield item, REFUSED
+            raise
         yield item, after
         item = after
-    yield item, None
 
 
 __all__ = ["DEVICE_DATA_LIMIT", "Chunk", "InMemory", "Stream", "epoch_order", "as_key",
-           "key_data", "count_arg", "cuts"]
+           "key_data", "count_arg", "flag_arg", "cuts"]

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from categories.errors import KindError
+
 from .faults import Fault, fault_error
 
 
@@ -50,7 +52,11 @@ class TrainState(NamedTuple):
 
     @classmethod
     def of(cls, params, opt_state, count=0, fault=(0, 0, 0)) -> "TrainState":
-        """The state with this count and fault record (kind, step, slot)."""
+        """The state with this count and fault record (kind, step, slot), kind a `Fault`."""
+        kinds = [int(k) for k in Fault]
+        if np.shape(fault) != (3,) or np.asarray(fault).item(0) not in kinds:
+            raise KindError(f"fault must be a record (kind, step, slot) with kind one of "
+                            f"{kinds} (the values of Fault), got {fault!r}")
         return cls(params, opt_state, jnp.asarray([count, *fault], jnp.int32))
 
     @property

@@ -20,10 +20,11 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from categories.errors import HyperparameterError, KindError, ParalensError, ShapeError
+from categories.errors import (HyperparameterError, KindError, ParalensError, ShapeError,
+                               UnsupportedError)
 
 from ..losses import loss_family as as_loss_family
-from ..optimisers import Optimiser, check_params, from_optax, slot_names
+from ..optimisers import Optimiser, check_floating, check_params, from_optax, slot_names
 from ..inputs import need_lens
 from . import schedule
 from .state import Report, TrainState
@@ -78,12 +79,16 @@ class TrainStep:
         """The state (p, s₀, 0, no fault) for the initial point p."""
         check_params(self.model.param, params, self.names)
         self.model.param.check(params, "the initial parameters")
+        check_floating(self.model.param, params, self.names)
         return self.place(TrainState.of(params, self.opt.init(params)))
 
     def place(self, state: TrainState) -> TrainState:
         """The state where this step keeps it: laid out over the mesh by the layout (the
         optimiser state mirroring the parameters), replicated over a mesh without one, else
-        as it is."""
+        as it is. Parameters of an integer dtype, which no step can move, are refused
+        (`DomainError`, naming the slot)."""
+        _need_state(state)
+        check_floating(self.model.param, state.params, self.names, "the state's parameters")
         if self._core.state_shardings is not None:
             return jax.device_put(state, self._core.state_shardings)
         if self.mesh is not None:  # replicated over the mesh, across processes too
@@ -93,10 +98,22 @@ class TrainStep:
     def global_batch(self, local, stacked: bool = False):
         """The batch split over the mesh from this process's own rows of it
         (`jax.make_array_from_process_local_data`: each process feeds its shard); with
-        `stacked`, a stack of batches (a leading axis of steps, split along the next)."""
+        `stacked`, a stack of batches (a leading axis of steps, split along the next). A step
+        without a mesh has nothing to split over (`UnsupportedError`).
+
+        Examples:
+            >>> train_step(dense(2, 1), half_squared_error, gd(0.1)).global_batch(np.ones((4, 2)))
+            Traceback (most recent call last):
+                ...
+            categories.errors.UnsupportedError: global_batch splits a batch over the step's mesh...
+        """
+        if self.mesh is None:
+            raise UnsupportedError(f"global_batch splits a batch over the step's mesh, but "
+                                   f"{self!r} has none: pass the batch to the step as it is, "
+                                   "or build the step with train_step(..., mesh=Mesh(...))")
         spec = PartitionSpec() if self.axis is None else \
             PartitionSpec(None, self.axis) if stacked else PartitionSpec(self.axis)
-        sharding = NamedSharding(self.mesh, spec)  # type: ignore[arg-type]  # only a step with a mesh is asked
+        sharding = NamedSharding(self.mesh, spec)
         return jax.tree_util.tree_map(
             lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)), local)
 
@@ -154,6 +171,11 @@ class TrainStep:
             >>> int(state.count), rows[:, 0].round(5).tolist()
             (3, [0.5, 0.245, 0.12005])
         """
+        _need_state(state)
+        if idx is None and not (isinstance(data, (tuple, list)) and len(data) == 2):
+            raise KindError(f"dispatch takes data = (Xs, Ys), stacked batches of inputs and "
+                            f"targets (or data on the device with idx), got "
+                            f"{type(data).__name__}")
         return schedule.dispatch(self._core, self._hyper, state, data, idx)
 
     def settle(self, pending: schedule.Pending):
@@ -171,6 +193,9 @@ class TrainStep:
             ...     int(e.state.count)
             1
         """
+        if not isinstance(pending, schedule.Pending):
+            raise KindError(f"settle takes what dispatch returned (a Pending chunk), got "
+                            f"{type(pending).__name__}")
         return schedule.settle(pending, self._describe)
 
     def step_fn(self, state, X, Y):
