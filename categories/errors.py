@@ -16,9 +16,9 @@ class                  raised when (and what the message names)
 DomainError            a point is not a point of a space: wrong shape, outside the open
                        set, NaN or infinite, complex or non-numeric (the space, the
                        coordinate, how far outside; the shape expected and given)
-DimensionError         a dimension, layer size, count of copies or number of segments
-                       is not an integer in range (the constructor, the argument, the
-                       value given)
+DimensionError         a dimension, layer size, count of copies, heads or examples, or
+                       number of segments is not an integer in range (the constructor,
+                       the argument, the value given)
 SlotError              a parameter slot index (`tie`) is not an integer slot of the
                        parameter object, or fewer than two distinct slots are given
                        (the offending index, the number of slots)
@@ -35,9 +35,10 @@ TargetError            targets a loss family (or `accuracy`) does not accept: sh
 CovectorError          something other than a covector on the parameter object is given
                        where one belongs: a Vector, a raw array, leaves of the wrong shapes
                        (what was given, the slot, expected against given shape)
-HyperparameterError    a hyperparameter of an optimiser or of the training loop
-                       (learning rate, decay, eps, batch size, epochs, ...) is out of range
-                       or not a number (the name, the value given)
+HyperparameterError    a hyperparameter of an optimiser, a layer or the training loop
+                       (learning rate, decay, eps, batch size, epochs, an initial scale,
+                       a drawing's font size, ...) is out of range or not a number (the
+                       name, the value given)
 KindError              an object of the wrong kind where another belongs: a loss where a
                        loss family belongs, parameters where a state belongs, something
                        that is not a lens or not an optimiser (what was given, what is
@@ -45,7 +46,8 @@ KindError              an object of the wrong kind where another belongs: a loss
 NonFiniteError         a training step produced NaN or infinity in a covector or in the
                        new point, and was refused (the step, the slot)
 CheckpointError        a saved file cannot be read: truncated, damaged (checksum), not a
-                       paralens file (the path, what is wrong)
+                       paralens file; or a file cannot be written (`save`, `to_tikz`: a
+                       missing directory) (the path, what is wrong)
 CheckpointMismatch     a saved file is intact but belongs to another model or optimiser
                        (the path, the first mismatched slot, expected against saved)
 MetricError            an inner product that is not one: a matrix not symmetric or not
@@ -206,7 +208,8 @@ class NonFiniteError(ParalensError, FloatingPointError):
 
 
 class CheckpointError(ParalensError, ValueError):
-    """A saved file that cannot be read: truncated, damaged, or not a paralens file.
+    """A saved file that cannot be read (truncated, damaged, or not a paralens file), or a
+    file that cannot be written.
 
     Examples:
         >>> import os, tempfile

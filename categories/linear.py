@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._compose import check_composable
-from .points import is_concrete
+from .points import describe, is_concrete, shape_of
 from .spaces import Space
-from .errors import CovectorError
+from .errors import CovectorError, KindError, ShapeError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -70,6 +70,16 @@ class _Tangent:
     def _same_kind(self, other, op):
         if type(other) is not type(self):
             raise CovectorError(self._mix_message(other, op))
+        kind = type(self).__name__
+        if self.space is not None and other.space is not None and \
+                self.space.tangent != other.space.tangent:  # Positive(2) and R(2): one R^2
+            raise SpaceMismatch(f"cannot {op} a {kind} on {self.space!r} and a {kind} on "
+                                f"{other.space!r}: both must be on one tangent space")
+        shapes = [tree_map(jnp.shape, t.value) for t in (self, other)]  # static under a trace
+        if jax.tree_util.tree_structure(self.value) != jax.tree_util.tree_structure(other.value) \
+                or shapes[0] != shapes[1]:
+            raise CovectorError(f"cannot {op} {kind}s of different shapes: {shapes[0]} and "
+                                f"{shapes[1]}")
         return other
 
     def _mix_message(self, other, op):
@@ -317,6 +327,11 @@ def unflatten_value(flat, space: Space):
         >>> [a.shape for a in unflatten_value(jnp.arange(7.0), R(2, 2) * R(3))]
         [(2, 2), (3,)]
     """
+    if not isinstance(space, Space):
+        raise KindError(f"unflatten_value: space must be a Space (e.g. R(2) * R(3)), got {space!r}")
+    if shape_of(flat) != (space.size,):
+        raise ShapeError(f"unflatten_value: {space!r} has {space.size} coordinates, so flat "
+                         f"must be a vector of shape ({space.size},), got {describe(flat)}")
     template = space.tangent.zeros(flat.dtype)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     out, i = [], 0

@@ -68,11 +68,16 @@ class Para(Parameterised):
         self.name: str = name if name else str(getattr(fn, "__name__", "f"))
 
     def __call__(self, a, p):
+        # The one check of a point (`Space.check`: shapes always, values when concrete), once
+        # per call: a chain runs its parts' `fn`, unchecked, between its own ends.
+        self.dom.check(a, f"the argument of {self.name}")
+        self.param.check(p, f"the parameters of {self.name}")
         return self.fn(a, p)
 
     def __rshift__(self, other: "Para") -> "Para":
-        check_composable(self, other)
-        return ParaChain(chain_parts(self, other))
+        if not isinstance(other, Para):
+            return NotImplemented
+        return ParaChain(chain_parts(self, other))  # the chain checks that its parts compose
 
     def reparam(self, r: Smooth, name: str | None = None) -> "Para":
         """The 2-cell along r : Q → P: the map (Q, (a, q) ↦ f(a, r q))."""
@@ -81,7 +86,7 @@ class Para(Parameterised):
                 f"cannot reparameterise {self.name} (parameters {self.param!r}) along "
                 f"{r.name} : {r.dom!r} → {r.cod!r}"
             )
-        fn, rf = self.__call__, r.fn
+        fn, rf = self.fn, r.fn  # the reparameterised map's call checks q; r q lands in P
         return Para(self.dom, self.cod, r.dom, lambda a, q: fn(a, rf(q)),
                     name or f"{self.name}[{r.name}]")
 
@@ -104,7 +109,13 @@ class ParaChain(Para):
     """
 
     def __init__(self, parts: Sequence[Para]):
-        self._parts = tuple(parts)
+        parts = tuple(parts) if isinstance(parts, (list, tuple)) else parts
+        if not isinstance(parts, tuple) or not parts or \
+                not all(isinstance(p, Para) for p in parts):
+            raise KindError(f"ParaChain needs a non-empty list of Para maps, got {parts!r}")
+        for f, g in zip(parts, parts[1:]):  # the one check of ≫: each codomain the next domain
+            check_composable(f, g)
+        self._parts = parts
         super().__init__(parts[0].dom, parts[-1].cod, Product(*(p.param for p in parts)), self._run,
                          " ≫ ".join(p.name for p in parts))
 
@@ -114,7 +125,7 @@ class ParaChain(Para):
 
     def _run(self, a, ps):
         for part, p in zip(self._parts, ps):
-            a = part(a, p)
+            a = part.fn(a, p)  # checked once at the chain's ends (`Para.__call__`)
         return a
 
 

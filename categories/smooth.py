@@ -13,7 +13,8 @@ import jax
 
 from ._compose import check_composable
 from .spaces import DomainError, Product, R, Space, euclidean
-from .errors import KindError, SpaceMismatch
+from .dimensions import dimension
+from .errors import DimensionError, KindError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -129,6 +130,13 @@ def scale(c, f: Smooth) -> Smooth:
     return Smooth(f.dom, f.cod, lambda x: tree_map(lambda a: c * a, fn(x)), f"{c}·{f.name}")
 
 
+def _spaces(who: str, *spaces) -> None:
+    """Refuse (`KindError`) an argument of `who` that is not a Space."""
+    for A in spaces:
+        if not isinstance(A, Space):
+            raise KindError(f"{who} needs Spaces (e.g. R(2)), got {type(A).__name__} {A!r}")
+
+
 def smooth_identity(A: Space) -> Smooth:
     """1_A : A → A.
 
@@ -150,6 +158,9 @@ def pair(f: Smooth, g: Smooth) -> Smooth:
         >>> [round(float(v), 4) for v in g(jnp.asarray(0.5))]
         [0.4794, 0.5]
     """
+    for h in (f, g):
+        if not isinstance(h, Smooth):
+            raise KindError(f"pair needs two Smooth maps, got {type(h).__name__} {h!r}")
     if f.dom != g.dom:
         raise SpaceMismatch(
             f"cannot pair {f.name} : {f.dom!r} → {f.cod!r} with {g.name} : {g.dom!r} → {g.cod!r}: "
@@ -194,6 +205,12 @@ def projection(P: Product, i: int) -> Smooth:
         >>> float(projection(Product(R(), R(), R()), 2)((1.0, 2.0, 3.0)))
         3.0
     """
+    if not isinstance(P, Product):
+        raise KindError(f"projection needs a Product of spaces (e.g. R(2) * R(3)), got {P!r}")
+    n = len(P.factors)
+    i = dimension(i, f"projection: the index of a factor of {P!r}", 0)
+    if i >= n:
+        raise DimensionError(f"projection: {P!r} has factors 0 to {n - 1}, got index {i}")
     return Smooth(P, P.factors[i], lambda x: x[i], f"π{i}")
 
 
@@ -204,6 +221,7 @@ def diagonal(A: Space) -> Smooth:
         >>> diagonal(R()).cod, diagonal(R())(2.0)
         (R × R, (2.0, 2.0))
     """
+    _spaces("diagonal", A)
     return Smooth(A, A * A, lambda x: (x, x), "Δ")
 
 
@@ -224,6 +242,7 @@ def swap(A: Space, B: Space) -> Smooth:
         >>> swap(R(), R())((1.0, 2.0))
         (2.0, 1.0)
     """
+    _spaces("swap", A, B)
     return Smooth(A * B, B * A, lambda ab: (ab[1], ab[0]), "σ")
 
 

@@ -22,7 +22,9 @@ from categories import Product, Smooth, Space, diagonal, pair, projection, smoot
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
 
+from .inputs import need_lens
 from .layer import derived
+from .layers.basic import positive_number
 from .para_lens import ParaLens
 
 
@@ -70,6 +72,9 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
         >>> max(report.vs_derived.values()) < 1e-12, max(report.vs_finite_differences.values()) < 1e-6
         (True, True)
     """
+    need_lens(lens, "check_backward")
+    lens = lens.fixed("check_backward")
+    eps = positive_number("check_backward", "eps (the finite-difference step)", eps)
     b_cov = unwrap(b_cov)
     da, dp = lens.backward(a, p, b_cov)
     ref_a, ref_p = derived(lens).backward(a, p, b_cov)
@@ -184,6 +189,10 @@ def composition_rule(f: ParaLens, g: ParaLens) -> CompositionRule:
         >>> rule.morphism.cod
         R^1 × (R^2 × ((R^{3×2} × R^3) × (R^{1×3} × R^1)))
     """
+    for h in (f, g):
+        need_lens(h, "composition_rule")
+    f = f.fixed("composition_rule")
+    g = g.after(f.cod)  # a family follows f as `>>` would fix it
     check_composable(f, g)
     A, P, B, Q, C = f.dom, f.param, f.cod, g.param, g.cod
     F, F_, G, G_ = _fwd(f), _bwd(f), _fwd(g), _bwd(g)

@@ -46,6 +46,21 @@ def need_lens(x, who: str) -> None:
                         f"(e.g. tanh), got {type(x).__name__} {x!r}")
 
 
+def need_space(A, who: str) -> Space:
+    """A if it is a Space, else `KindError` naming `who`."""
+    if not isinstance(A, Space):
+        raise KindError(f"{who} needs a Space (e.g. R(3)), got {type(A).__name__} {A!r}")
+    return A
+
+
+def flag(x, who: str) -> bool:
+    """x if it is True or False (a numpy bool welcome), else `KindError` naming `who`: a
+    documented switch is not read by the truthiness of whatever came ("no" is true)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise KindError(f"{who} must be True or False, got {type(x).__name__} {x!r}")
+    return bool(x)
+
+
 def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
     """Refuse (`CovectorError`) a Vector, or a value whose leaves are not shaped like a
     cotangent vector on `space` (with the leading axes `lead`, e.g. a batch): a covector is
@@ -133,4 +148,4 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     return found[0][1] if found else 0
 
 
-__all__ = ["as_real", "need_lens", "check_cotangent", "check_finite_covector", "check_batch"]
+__all__ = ["as_real", "need_lens", "need_space", "flag", "check_cotangent", "check_finite_covector", "check_batch"]

@@ -16,6 +16,7 @@ from categories import Product, Space
 from categories.errors import KindError, SpaceMismatch
 
 from . import picture
+from .inputs import need_lens
 from .para_lens import ParaLens
 from .sites import Affine, Site
 
@@ -126,6 +127,8 @@ def derived(lens: ParaLens) -> ParaLens:
         >>> np.allclose(unwrap(model.backward(x, p, jnp.ones(2))[0]), unwrap(d.backward(x, p, jnp.ones(2))[0]))
         True
     """
+    need_lens(lens, "derived")
+    lens = lens.fixed("derived")
     return Layer(lens.dom, lens.cod, lens.param, lens.forward, name=lens.name, check=False)
 
 

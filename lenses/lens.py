@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from categories import Smooth, Space, reverse_derivative
 from categories import check_composable
+from categories.errors import KindError
+
+from .inputs import need_lens
 
 
 class Lens:
@@ -69,6 +72,9 @@ def lens_of(f: Smooth) -> Lens:
         >>> float(sq.get(jnp.asarray(3.0))), float(sq.put(jnp.asarray(3.0), jnp.asarray(1.0)))
         (9.0, 6.0)
     """
+    if not isinstance(f, Smooth):
+        raise KindError(f"lens_of needs a smooth map (a Smooth, e.g. Smooth(R(), R(), jnp.sin)), "
+                        f"got {type(f).__name__} {f!r}")
     rf = reverse_derivative(f).fn
     return Lens(f.dom, f.cod, f.fn, lambda a, b: rf((a, b)), f.name)
 
@@ -84,6 +90,8 @@ def as_lens(para_lens) -> Lens:
         >>> L.get((x, W)).tolist(), [v.tolist() for v in L.put((x, W), jnp.array([1.0]))]
         ([6.0], [[3.0], [[2.0]]])
     """
+    need_lens(para_lens, "as_lens")
+    para_lens = para_lens.fixed("as_lens")
     fwd, back = para_lens.forward, para_lens.backward
 
     def put(ap, b):

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from categories.errors import KindError
+
 
 class Picture:
     """A piece of string diagram (abstract). What a kind of piece lacks is None (no wires, no
@@ -39,6 +41,13 @@ class Drawable(ABC):
     @abstractmethod
     def is_fixed(self) -> bool:
         """Whether its spaces are fixed (a family's are not)."""
+
+
+def need_drawable(x, who: str) -> None:
+    """Refuse (`KindError`) what no string diagram can be drawn of (not a lens or family)."""
+    if not isinstance(x, Drawable):
+        raise KindError(f"{who} needs a lens (e.g. dense(2, 3)) or a family of lenses (e.g. "
+                        f"tanh), got {type(x).__name__} {x!r}")
 
 
 @dataclass(frozen=True)
@@ -104,4 +113,4 @@ def svg_of(lens) -> str | None:
         return None
 
 
-__all__ = ["Picture", "Drawable", "Boxed", "Dot", "Framed", "Then", "Beside", "register_svg", "svg_of"]
+__all__ = ["Picture", "Drawable", "need_drawable", "Boxed", "Dot", "Framed", "Then", "Beside", "register_svg", "svg_of"]

@@ -31,7 +31,7 @@ from categories.dimensions import dimension
 
 from . import picture
 
-from .inputs import need_lens
+from .inputs import flag, need_lens, need_space
 from .para_lens import ParaLens
 
 tree_map = jax.tree_util.tree_map
@@ -78,6 +78,8 @@ def stacked(space: Space, n: int) -> Space:
         >>> stacked(R(3), 4), stacked(R(0), 4), stacked(Positive(2), 3)
         (R^{4×3}, R^0, Positive(R^{3×2}))
     """
+    need_space(space, "stacked")
+    n = dimension(n, "stacked: the number of copies (a positive integer)", 1)
     if isinstance(space, Product):
         return Product(*(stacked(f, n) for f in space.factors))
     if space.is_terminal:
@@ -218,6 +220,7 @@ def repeat(layer, n: int, remat: bool = False):
     """
     need_lens(layer, "repeat")
     n = dimension(n, "repeat's number of copies (a positive integer)", 1)
+    remat = flag(remat, "repeat: remat")
     return layer.lift(lambda member: Repeat(member, n, remat),
                       name=f"repeat({layer.name}, {n}{', remat' if remat else ''})")
 

@@ -41,6 +41,7 @@ def uses(lens) -> Any:
         >>> uses(dense(2, 2) >> dense(2, 2)), uses(tie(linear(2, 2) >> linear(2, 2), [0, 1]))
         ((1, 1), 2)
     """
+    need_lens(lens, "uses")
     return lens.fixed("uses").uses()
 
 
@@ -51,7 +52,8 @@ def n_params(lens: ParaLens) -> int:
         >>> n_params(dense(2, 3) >> tanh >> dense(3, 1))
         13
     """
-    return lens.param.size
+    need_lens(lens, "n_params")
+    return lens.fixed("n_params").param.size
 
 
 __all__ = ["tie", "uses", "n_params"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from categories import R, Space
 
+from .inputs import need_space
 from .layer import Layer
 from .slots import uses
 
@@ -24,6 +25,7 @@ def copy(A: Space) -> Layer:
         >>> [float(v) for v in unwrap(c.backward(jnp.array([1.0, 2.0]), None, (jnp.ones(2), 2 * jnp.ones(2)))[0])]
         [3.0, 3.0]
     """
+    need_space(A, "copy")
     return Layer(A, A * A, R(0), lambda a, p: (a, a), name="copy", node="copy")
 
 
@@ -48,6 +50,7 @@ def add(A: Space) -> Layer:
         >>> [v.tolist() for v in unwrap(s.backward((jnp.ones(2), jnp.ones(2)), None, jnp.array([1.0, 2.0]))[0])]
         [[1.0, 2.0], [1.0, 2.0]]
     """
+    need_space(A, "add")
     return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node="add")
 
 

@@ -27,7 +27,7 @@ import tempfile
 from functools import reduce
 
 from categories import Product, Space
-from categories.errors import KindError, MissingExtraError
+from categories.errors import CheckpointError, KindError, MissingExtraError
 
 from .. import picture
 
@@ -112,8 +112,7 @@ def to_discopy(lens):
         >>> d == to_discopy(dense(2, 3)) >> to_discopy(tanh.at(R(3)))
         True
     """
-    if not isinstance(lens, picture.Drawable):
-        raise KindError(f"to_discopy needs a lens (e.g. dense(2, 3)), got {type(lens).__name__}")
+    picture.need_drawable(lens, "to_discopy")
     if not lens.is_fixed():
         lens.fixed("to_discopy")  # a family says how to fix it
     return _translate(lens.picture(), _markov())
@@ -174,6 +173,8 @@ def to_tikz(lens, path=None, **params) -> str:
         (True, True)
     """
     diagram = to_discopy(lens)
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise KindError(f"to_tikz: path must be a file name (a str or os.PathLike), got {path!r}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "diagram.tikz")
         diagram.draw(path=out, to_tikz=True, **params)
@@ -183,8 +184,12 @@ def to_tikz(lens, path=None, **params) -> str:
     text = _LABEL.sub(lambda m: m.group(1) + "$" + (spaces.get(m.group(2)) or _math(m.group(2)))
                       + "$" + m.group(3), text)
     if path is not None:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:  # as `save` refuses a file it cannot write
+            raise CheckpointError(f"to_tikz cannot write the file {os.fspath(path)!r}: {e}") \
+                from None
     return text
 
 

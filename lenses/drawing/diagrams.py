@@ -16,13 +16,15 @@ parameter wire from above labelled with its parameter object (none for R^0, whos
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass, field, replace
 
 from categories import Product
 
 from .. import picture
-from categories.errors import UnsupportedError
+from categories.errors import HyperparameterError, KindError, UnsupportedError
 
 # -- expressions ------------------------------------------------------------------------------
 
@@ -39,6 +41,7 @@ def expression(lens, types: bool = True) -> str:
         >>> print(expression(dense(2, 3) >> tanh >> dense(3, 1), types=False))
         dense(2→3) ≫ tanh ≫ dense(3→1)
     """
+    picture.need_drawable(lens, "expression")
     term = lens.term()
     if not types:
         return term
@@ -368,6 +371,7 @@ def diagram(lens) -> str:
         R^2 ─────┤ dense(2→3) ├─ R^3 ───┤ tanh ├───── R^3
                  └────────────┘         └──────┘
     """
+    picture.need_drawable(lens, "diagram")
     return render(full_layout(lens))
 
 
@@ -385,6 +389,7 @@ def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     import matplotlib.pyplot as plt  # optional dependency: imported only when drawing
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
+    _check_drawing(lens, fontsize, "draw", ax)
     lay = full_layout(lens)
     if ax is None:
         fig = plt.figure(figsize=_figsize(lay, fontsize))
@@ -432,6 +437,18 @@ def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     return fig
 
 
+def _check_drawing(lens, fontsize, who: str, ax=None) -> None:
+    """Refuse what no diagram is drawn of, axes not matplotlib's, a font size not > 0 points."""
+    from matplotlib.axes import Axes
+    picture.need_drawable(lens, who)
+    if ax is not None and not isinstance(ax, Axes):
+        raise KindError(f"{who}: ax must be matplotlib Axes (or None: a new figure), got {ax!r}")
+    if isinstance(fontsize, bool) or not isinstance(fontsize, numbers.Real) \
+            or not (math.isfinite(fontsize) and fontsize > 0):
+        raise HyperparameterError(f"{who}: fontsize must be a finite number of points > 0 "
+                                  f"(e.g. 9.0), got {fontsize!r}")
+
+
 def _figsize(lay: Layout, fontsize: float) -> tuple:
     cw, rh = 0.62 * fontsize / 72, 1.9 * fontsize / 72  # one grid cell, in inches
     return max(lay.w * cw, 2.0), max(lay.h * rh, 1.0)
@@ -444,6 +461,7 @@ def svg(lens, fontsize: float = 9.0) -> str:
 
     from matplotlib.figure import Figure  # optional dependency: imported only when drawing
 
+    _check_drawing(lens, fontsize, "svg")
     fig = Figure(figsize=_figsize(full_layout(lens), fontsize))
     draw(lens, ax=fig.add_axes((0, 0, 1, 1)), fontsize=fontsize)
     out = io.StringIO()

@@ -45,6 +45,7 @@ import numpy as np
 
 from categories import Covector, OpenBall, OpenBox, Positive, Product, Space, Vector
 from categories.linear import unwrap
+from categories.points import is_concrete
 
 from ..values import assign, static
 from .metrics import Metric, translate, vector_value
@@ -226,6 +227,8 @@ class SlotMetric(Metric):
                 got = "None" if shape is None else f"shape {shape}"
                 raise DomainError(f"{self!r}: a point or (co)vector of {S!r} has shape "
                                   f"{tuple(S.shape)}, got {got}")
+        if is_concrete(ts[0]):  # a concrete point must lie in the slot's open set (under a
+            S.check(ts[0], f"the point given to {self!r}")  # trace there is nothing to look at)
         return leaf(rule, S, *ts)
 
     def _space(self, *objs):
@@ -262,7 +265,7 @@ class SlotMetric(Metric):
         S = space if space is not None else self._space(v)
         if not isinstance(S, Space):
             raise KindError(f"{self!r}.retract: space must be a Space, got {S!r}")
-        if not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(p)):
+        if is_concrete(p):
             S.check(p, f"the point given to {self!r}.retract")  # a move starts inside
         v = vector_value(v, f"{self!r}.retract")  # a move along a vector, not a covector
         moved = self.map_slots(S, lambda rule, s, x, d: rule.retract(s, x, d),

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Covector, Vector
+from categories import Covector, Space, Vector
+from categories.dimensions import dimension
 from categories.errors import KindError
 from categories.linear import unwrap
 
@@ -43,13 +44,42 @@ def _space_of(space, ctx, who):
         space = ctx.model.param
     if space is None:
         raise KindError(f"{who} needs the parameter object: pass space= (or a ctx with a model)")
+    if not isinstance(space, Space):
+        raise KindError(f"{who}: space must be a Space (the parameter object, e.g. R(2)), "
+                        f"got {space!r}")
     return space
+
+
+def _instrument(metric, p, space, ctx, who):
+    """The space of the diagnostic `who`, once its metric is a `Metric` and p a point of it
+    (the one check of a point: shape, finite, inside the open set), else a catalogued error."""
+    if not isinstance(metric, Metric):
+        raise KindError(f"{who}: metric must be an inner product (a Metric, e.g. Euclidean()), "
+                        f"got {metric!r}")
+    space = _space_of(space, ctx, who)
+    space.check(p, f"the point p given to {who}")
+    return space
+
+
+def _covector_of(cov, space, who):
+    """The raw value of the covector `cov` on `space`, refused (`DomainError`) unless shaped as
+    one with real finite entries: a NaN covector has no direction to measure."""
+    c = unwrap(cov)
+    space.tangent.check(c, f"the covector given to {who}")
+    return c
 
 
 def _dot(a, b):
     leaves = [jnp.vdot(ravel(x), ravel(y)) for x, y in
               zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True)]
     return float(sum(leaves)) if leaves else 0.0
+
+
+def _scaled(a):
+    """a divided by its largest entry in absolute value (None if a is zero)."""
+    big = max((float(jnp.max(jnp.abs(x))) for x in jax.tree_util.tree_leaves(a) if jnp.size(x)),
+              default=0.0)
+    return None if big == 0.0 else jax.tree_util.tree_map(lambda x: x / big, a)
 
 
 def _norm(a):
@@ -63,6 +93,7 @@ def metric_matrix(metric, p, space, ctx: Context | None = None):
         >>> metric_matrix(Diagonal(jnp.array([1.0, 3.0])), jnp.zeros(2), R(2)).tolist()
         [[1.0, 0.0], [0.0, 3.0]]
     """
+    space = _instrument(metric, p, space, ctx, "metric_matrix")
     theta = ravel(p)
     # One call of flat per coordinate: the same shapes as every other call (nothing new to
     # compile), where a vmap over the basis would compile a batched copy of the metric.
@@ -75,6 +106,10 @@ def natural_angle(metric, p, cov, ctx: Context | None = None, space=None) -> flo
     """The angle, in radians, between the natural direction c♯ and the Euclidean direction c
     (both read as vectors in the coordinates of p): arccos(⟨c♯, c⟩ / (‖c♯‖ ‖c‖)).
 
+    At a zero covector (a stationary point) neither direction exists and the angle is
+    undefined: the value is nan, not an error, so that a diagnostic along a run survives a
+    minimum. A covector with NaN or infinite entries is refused (`DomainError`).
+
     Examples:
         The Gauss–Newton matrix is diag(1, 4) here, so c = (1, 4) sharpens to (1, 1): the angle
         between them is arccos(5 / √34) ≈ 0.5404.
@@ -86,10 +121,18 @@ def natural_angle(metric, p, cov, ctx: Context | None = None, space=None) -> flo
         >>> c = Covector(jnp.array([[1.0, 4.0]]), model.param)
         >>> round(natural_angle(GaussNewton(0.0), W, c, ctx), 4)
         0.5404
+        >>> natural_angle(Euclidean(), jnp.zeros(2), Covector(jnp.zeros(2), R(2)))
+        nan
     """
-    space = getattr(cov, "space", None) or _space_of(space, ctx, "natural_angle")
-    c = unwrap(cov)
-    nat = unwrap(metric.sharp(p, Covector(c, space), ctx))
+    space = _instrument(metric, p, getattr(cov, "space", None) or space, ctx, "natural_angle")
+    c = _scaled(_covector_of(cov, space, "natural_angle"))
+    if c is None:  # c = 0 (so c♯ = 0): no direction, the angle is undefined
+        return math.nan
+    # The angle does not change with the length of c or of c♯: each is divided by its largest
+    # entry first, so that a covector of tiny entries (1e-200) has no square underflowing to 0.
+    nat = _scaled(unwrap(metric.sharp(p, Covector(c, space), ctx)))
+    if nat is None:
+        return math.nan
     cos = _dot(nat, c) / (_norm(nat) * _norm(c))
     return float(np.arccos(np.clip(cos, -1.0, 1.0)))
 
@@ -101,7 +144,7 @@ def condition_number(metric, p, ctx: Context | None = None, space=None) -> float
         >>> condition_number(Diagonal(jnp.array([1.0, 3.0])), jnp.zeros(2), space=R(2))
         3.0
     """
-    space = _space_of(space, ctx, "condition_number")
+    space = _instrument(metric, p, space, ctx, "condition_number")
     G = metric_matrix(metric, p, space, ctx)
     ev = np.linalg.eigvalsh(0.5 * (G + G.T))
     return float(ev[-1] / ev[0]) if ev[0] > 0 else math.inf
@@ -124,16 +167,22 @@ def kfac_error(kfac, p, cov, ctx: Context, reference=None) -> float:
         >>> round(kfac_error(KFAC(0.0), W, c, ctx), 6)
         0.0
     """
+    from .kfac import KFAC
     from .natural import Fisher, GaussNewton
 
+    if reference is None and not isinstance(kfac, KFAC):
+        raise KindError(f"kfac_error: kfac must be a KFAC (its curvature names the matrix it "
+                        f"approximates), got {kfac!r}; to compare another metric, pass "
+                        f"reference= (the metric to compare it with)")
     if reference is None:
         if kfac.curvature == "gauss-newton":
             reference = GaussNewton(kfac.damping)
         else:
             reference = Fisher(kfac.damping, empirical=kfac.curvature == "empirical",
                                output_fisher=kfac.output_fisher)
-    space = getattr(cov, "space", None) or ctx.model.param
-    c = Covector(unwrap(cov), space)
+    space = _instrument(kfac, p, getattr(cov, "space", None), ctx, "kfac_error")
+    _instrument(reference, p, space, ctx, "kfac_error (its reference)")
+    c = Covector(_covector_of(cov, space, "kfac_error"), space)
     k, f = unwrap(kfac.sharp(p, c, ctx)), unwrap(reference.sharp(p, c, ctx))
     diff = jax.tree_util.tree_map(lambda a, b: a - b, k, f)
     return _norm(diff) / _norm(f)
@@ -252,6 +301,7 @@ def check_metric(metric, space=None, ctx: Context | None = None, *, examples: in
     from .. import strategies as ls
 
     space = _space_of(space, ctx, "check_metric")
+    examples = dimension(examples, "check_metric: examples (the number of points drawn)", 1)
     points = ls.parameter_points(space) if points is None else points
 
     matrices: list = []  # the points where the dense matrix was checked (the first few suffice)

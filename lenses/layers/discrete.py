@@ -34,6 +34,7 @@ from categories.dimensions import dimension
 
 from ..families import LensFamily, family
 from .basic import layer_sizes
+from ..inputs import need_lens
 from ..layer import Layer
 from categories.errors import HyperparameterError, SpaceMismatch
 
@@ -182,6 +183,7 @@ def evaluation(lens):
         >>> np.allclose(evaluation(model)(x, p), dense(4, 1)(jnp.ones(4), p[1]))
         True
     """
+    need_lens(lens, "evaluation")
     return lens.lift(_evaluation, name=f"evaluation({lens.name})")
 
 

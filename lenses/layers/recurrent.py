@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from categories import Product, R, Smooth, Space, draws
 
 from ..families import LensFamily, family
+from ..inputs import need_lens
 from .basic import identity, layer_sizes, lecun_normal
 from ..layer import Layer
 from ..para_lens import Reparam
@@ -147,7 +148,8 @@ def shift_step(cell, T: int):
         >>> step.dom == step.cod, step.dom
         (True, (R^{5×3} × R^4) × R^{5×4})
     """
-    (X1, H) = cell.dom.factors
+    X1, H = _cell_spaces(cell, "shift_step")
+    (T,) = layer_sizes("shift_step", T=T)
     n_in = X1.shape[0]
     X, Hs = R(T, n_in), R(T, *H.shape)
 
@@ -189,6 +191,19 @@ class Tied(Reparam):
         return tree_map(lambda u: self.T * u, self.cell.uses())
 
 
+def _cell_spaces(cell, who: str) -> tuple:
+    """(R^{n_in}, H), the spaces of a recurrent cell R^{n_in} × H → H, else a catalogued error
+    naming `who` (`KindError` for what is not a lens, `SpaceMismatch` for another shape)."""
+    need_lens(cell, who)
+    cell = cell.fixed(who)
+    dom = cell.dom
+    if not isinstance(dom, Product) or len(dom.factors) != 2 or dom.factors[1] != cell.cod \
+            or len(dom.factors[0].shape) != 1:
+        raise SpaceMismatch(f"{who} needs a cell R^n × H → H, got {cell.name} : {dom!r} → "
+                            f"{cell.cod!r}")
+    return dom.factors
+
+
 def _unroll_at(cell, A: Space):
     (X1, H) = cell.dom.factors
     n_in = X1.shape[0]
@@ -224,9 +239,7 @@ def unroll(cell) -> LensFamily:
         >>> rnn
         unroll(rnn_cell(3→4), T=5) : R^{5×3} → R^{5×4}, params R^{4×3}×R^{4×4}×R^4
     """
-    if not isinstance(cell.dom, Product) or len(cell.dom.factors) != 2 or \
-            cell.dom.factors[1] != cell.cod:
-        raise SpaceMismatch(f"unroll needs a cell R^n × H → H, got {cell.name} : {cell.dom!r} → {cell.cod!r}")
+    _cell_spaces(cell, "unroll")
     return family(lambda A: _unroll_at(cell, A), f"unroll({cell.name})")
 
 

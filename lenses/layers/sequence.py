@@ -29,9 +29,10 @@ from categories import R, Space, draws
 from ..families import LensFamily, family
 from ..losses import LossFamily
 from .basic import gelu, identity, layer_sizes, lecun_normal, positive_number, residual
+from ..inputs import flag
 from ..layer import Layer
 from ..structure import copy
-from categories.errors import DimensionError, SpaceMismatch, TargetError, TargetTypeError
+from categories.errors import DimensionError, KindError, SpaceMismatch, TargetError, TargetTypeError
 
 
 def _row(v, x):
@@ -109,6 +110,9 @@ def position_embedding(scale: float = 0.02) -> LensFamily:
         >>> pe.param, np.allclose(pe(jnp.zeros((5, 4)), jnp.ones((5, 4))), 1.0)
         (R^{5×4}, True)
     """
+    scale = positive_number("position_embedding", "scale (the standard deviation of E at "
+                            "initialisation)", scale)
+
     def make(A: Space) -> Layer:
         _sequence(A, "position_embedding")
         return Layer(A, A, R(*A.shape), lambda X, E: X + E, name="position_embedding",
@@ -132,6 +136,11 @@ def attention_core(A: Space, heads: int, causal: bool = True) -> Layer:
         >>> np.allclose(core(((Q, K), V), None), V)
         True
     """
+    if not isinstance(A, Space):
+        raise KindError(f"attention_core: A must be a Space of sequences R^{{T×d}} (e.g. "
+                        f"R(5, 8)), got {A!r}")
+    (heads,) = layer_sizes("attention_core", heads=heads)
+    causal = flag(causal, "attention_core: causal")
     T, d = _sequence(A, "attention_core")
     if d % heads:
         raise DimensionError(f"attention_core: {heads} heads do not divide the width {d}")
@@ -165,6 +174,7 @@ def multi_head_attention(d: int, heads: int, causal: bool = True) -> LensFamily:
         (R^{5×8}, 288)
     """
     d, heads = layer_sizes("multi_head_attention", d=d, heads=heads)
+    causal = flag(causal, "multi_head_attention: causal")
     if d % heads:
         raise DimensionError(f"multi_head_attention: {heads} heads do not divide the width {d}")
     name = f"multi_head_attention({d}, {heads} heads{', causal' if causal else ''})"
@@ -188,6 +198,7 @@ def transformer_block(d: int, heads: int, hidden: int, causal: bool = True) -> L
         (R^{5×8}, 600)
     """
     d, heads, hidden = layer_sizes("transformer_block", d=d, heads=heads, hidden=hidden)
+    causal = flag(causal, "transformer_block: causal")
     if d % heads:
         raise DimensionError(f"transformer_block: {heads} heads do not divide the width {d}")
     name = f"transformer_block({d}, {heads} heads, {hidden})"
