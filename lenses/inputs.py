@@ -53,12 +53,17 @@ def need_space(A, who: str) -> Space:
     return A
 
 
-def flag(x, who: str) -> bool:
+def flag(x, who: str, allowed: str = "True or False") -> bool:
     """x if it is True or False (a numpy bool welcome), else `KindError` naming `who`: a
     documented switch is not read by the truthiness of whatever came ("no" is true)."""
     if not isinstance(x, (bool, np.bool_)):
-        raise KindError(f"{who} must be True or False, got {type(x).__name__} {x!r}")
+        raise KindError(f"{who} must be {allowed}, got {type(x).__name__} {x!r}")
     return bool(x)
+
+
+def optional_flag(x, who: str) -> bool | None:
+    """`flag`, or None where None is the switch's default (decided later)."""
+    return None if x is None else flag(x, who, "True, False or None")
 
 
 def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
@@ -148,4 +153,4 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     return found[0][1] if found else 0
 
 
-__all__ = ["as_real", "need_lens", "need_space", "flag", "check_cotangent", "check_finite_covector", "check_batch"]
+__all__ = ["as_real", "need_lens", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]

@@ -283,10 +283,10 @@ def test_the_doors_refuse_what_they_do_not_take():
         step.settle(None)
     with pytest.raises(KindError, match=r"kind one of \[0, 1, 2, 3, 4\]"):
         TrainState.of(params(), (), fault=(9, 1, 0))
-    with pytest.raises(KindError, match="progress must be True or False"):
+    with pytest.raises(KindError, match="progress must be True, False or None"):
         fit(dense(2, 1), half_squared_error, gd(0.1), params(), (X, Y), epochs=1, batch_size=4,
             progress="yes")
-    with pytest.raises(KindError, match="on_device must be True or False"):
+    with pytest.raises(KindError, match="on_device must be True, False or None"):
         fit(dense(2, 1), half_squared_error, gd(0.1), params(), (X, Y), epochs=1, batch_size=4,
             progress=False, on_device="no")
 

@@ -444,7 +444,7 @@ def _check_drawing(lens, fontsize, who: str, ax=None) -> None:
     if ax is not None and not isinstance(ax, Axes):
         raise KindError(f"{who}: ax must be matplotlib Axes (or None: a new figure), got {ax!r}")
     if isinstance(fontsize, bool) or not isinstance(fontsize, numbers.Real) \
-            or not (math.isfinite(fontsize) and fontsize > 0):
+            or not (math.isfinite(fontsize) and float(fontsize) > 0):
         raise HyperparameterError(f"{who}: fontsize must be a finite number of points > 0 "
                                   f"(e.g. 9.0), got {fontsize!r}")
 

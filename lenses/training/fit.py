@@ -28,9 +28,10 @@ import numpy as np
 
 from categories.errors import CheckpointMismatch, HyperparameterError, KindError, ShapeError
 
+from ..inputs import flag, optional_flag
 from .evaluate import accuracy, check_labels
 from .saved import load, save
-from .sources import InMemory, Stream, as_key, count_arg, flag_arg, key_data
+from .sources import InMemory, Stream, as_key, count_arg, key_data
 from .state import TrainState
 from .trainer import train_step
 
@@ -78,7 +79,7 @@ class Checkpoints:
                             f"{self.path!r}")
         if self.every is not None:
             object.__setattr__(self, "every", count_arg(self.every, "Checkpoints: every", 1))
-        object.__setattr__(self, "resume", flag_arg(self.resume, "Checkpoints: resume", none=False))
+        object.__setattr__(self, "resume", flag(self.resume, "Checkpoints: resume"))
         if self.on_save is not None and not callable(self.on_save):
             raise KindError(f"Checkpoints: on_save must be a function state -> None, got "
                             f"{self.on_save!r}")
@@ -141,7 +142,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
     every = _checkpoints(checkpoints).every if checkpoints is not None else None
     callbacks = _callables(callbacks)
-    progress = flag_arg(progress, "fit: progress")
+    progress = optional_flag(progress, "fit: progress")
     source = (InMemory if _in_memory(data) else Stream)(
         step, data, batch_size, as_key(key), on_device, steps_per_dispatch, every)
     _check_eval(step, eval_data)
@@ -185,7 +186,7 @@ class _Fitting:
                 except Exception as error:  # noqa: BLE001 - the steps before it are kept
                     if pending is not None:
                         self._settle(*pending)  # a fault there is the earlier error
-                    error.state, error.history = self.state, self.history  # type: ignore[attr-defined]
+                    error.state, error.history = self.state, self.history  # type: ignore[attr-defined]  # any error, as documented
                     raise
                 if chunk is None:
                     break

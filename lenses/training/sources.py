@@ -23,7 +23,7 @@ import numpy as np
 
 from categories.errors import HyperparameterError, KindError, ShapeError
 
-from ..inputs import check_batch
+from ..inputs import check_batch, optional_flag
 
 #: data up to this many bytes is put on the device whole (`on_device=None`)
 DEVICE_DATA_LIMIT = 1 << 30
@@ -51,14 +51,6 @@ def count_arg(x, name: str, least: int) -> int:
     if k is None or k < least:
         raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
     return k
-
-
-def flag_arg(x, name: str, none: bool = True):
-    """x if it is True or False (or None, where `none` allows the default), else `KindError`:
-    a documented flag is not read by truthiness ("no" would be True)."""
-    if (x is None and none) or isinstance(x, (bool, np.bool_)):
-        return None if x is None else bool(x)
-    raise KindError(f"{name} must be True or False{' (or None)' if none else ''}, got {x!r}")
 
 
 def as_key(key):
@@ -175,7 +167,7 @@ class InMemory:
             count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
         self.k_max = min(self.k_max, 256) if steps_per_dispatch is None else self.k_max
         nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((X, Y)))
-        on_device = flag_arg(on_device, "fit: on_device")
+        on_device = optional_flag(on_device, "fit: on_device")
         self.device = step.mesh is None and (nbytes <= DEVICE_DATA_LIMIT if on_device is None
                                              else on_device)
         self.data = jax.device_put((X, Y)) if self.device else (np.asarray(X), np.asarray(Y))
@@ -297,4 +289,4 @@ def _with_next(iterable):
 
 
 __all__ = ["DEVICE_DATA_LIMIT", "Chunk", "InMemory", "Stream", "epoch_order", "as_key",
-           "key_data", "count_arg", "flag_arg", "cuts"]
+           "key_data", "count_arg", "cuts"]
