@@ -58,7 +58,8 @@ LayoutError            a layout that cannot partition a model's parameters over 
                        along its axis, a rule for no slot (the slot, the shape, the axis)
 UnsupportedError       an operation the object does not provide: an abstract method a
                        subclass must implement, a strategy asked for a space it cannot
-                       build (the object, the operation)
+                       build, `global_batch` of a step without a mesh (the object, the
+                       operation)
 MissingExtraError      a bridge to another library (Equinox, Flax, DisCoPy) called without
                        it installed (the extra of this distribution that installs it)
 =====================  ===============================================================

@@ -77,7 +77,8 @@ class SoftmaxCrossEntropy(LossFamily):
     """L_y(z) = −log softmax(z)_y for an integer class label y ∈ {0, …, k−1} (with `classes`
     = k), or −Σ_i y_i log softmax(z)_i for a probability vector y over the last axis: the
     negative log-likelihood of y ~ Categorical(softmax z), whose output Fisher is
-    F = diag π − π πᵀ, π = softmax z.
+    F = diag π − π πᵀ, π = softmax z. At least 2 classes (over one, the loss is 0 whatever
+    z is: for one output, a probability, `BinaryCrossEntropy`).
 
     Examples:
         >>> L = SoftmaxCrossEntropy(classes=2)(jnp.asarray(0))

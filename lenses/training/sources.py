@@ -77,7 +77,8 @@ def key_data(key) -> np.ndarray:
 
 def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
     """The example indices of epoch `epoch` (from 1), shape (n // batch_size, batch_size):
-    a permutation drawn from the key and the epoch, the remainder dropped.
+    a permutation drawn from the key and the epoch, the remainder dropped (`n` ≥ 0,
+    `batch_size` ≥ 1; else `HyperparameterError`).
 
     It is drawn on the host (numpy's generator seeded by the key's data and the epoch): XLA's
     sort on the CPU, which an on-device shuffle needs, costs more than an epoch of small
