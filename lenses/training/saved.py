@@ -90,13 +90,49 @@ def _fixed(model):
     return model.fixed("save/load")
 
 
-def _as_optimiser(opt):
+def _as_optimiser(opt, entry: str):
     if opt is None or isinstance(opt, Optimiser):
         return opt
     if isinstance(opt, optax.GradientTransformation):
         return from_optax(opt)
-    raise KindError(f"load needs the optimiser the state was trained with (an Optimiser or an "
+    raise KindError(f"{entry} needs the optimiser the state was trained with (an Optimiser or an "
                     f"optax transformation), got {type(opt).__name__} {opt!r}")
+
+
+# The dtypes a saved file holds, by their safetensors names: numpy's, and JAX's own (ml_dtypes)
+# bfloat16 and float8 formats, which safetensors writes but its numpy reader does not know.
+_DTYPES = {name: np.dtype(t) for name, t in {
+    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
+    "U32": np.uint32, "I32": np.int32, "U64": np.uint64, "I64": np.int64, "F16": np.float16,
+    "F32": np.float32, "F64": np.float64, "C64": np.complex64, "BF16": jnp.bfloat16,
+    "F8_E4M3": jnp.float8_e4m3fn, "F8_E5M2": jnp.float8_e5m2,
+    "F8_E4M3FNUZ": jnp.float8_e4m3fnuz, "F8_E5M2FNUZ": jnp.float8_e5m2fnuz}.items()}
+_JAX_DTYPES = {_DTYPES[n] for n in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")}
+
+
+def _holdable(name: str, a) -> np.ndarray:
+    """`a` as a host array, if a saved file holds its dtype (and `load` reads it back), else
+    `KindError` naming the entry."""
+    a = np.asarray(a)
+    if a.dtype not in _DTYPES.values():
+        raise KindError(f"save: {name} has dtype {a.dtype}, which a saved file does not hold "
+                        f"(it holds {', '.join(sorted(str(d) for d in _DTYPES.values()))}): "
+                        "convert it to one of these")
+    return a
+
+
+def _decode(data: bytes) -> dict:
+    """The arrays of a safetensors file's bytes, bfloat16 and float8 included."""
+    from safetensors import deserialize
+
+    tensors = {}
+    for name, view in deserialize(data):
+        dtype = _DTYPES.get(view["dtype"])
+        if dtype is None:
+            raise CheckpointError(f"its array {name!r} has the dtype {view['dtype']}, which "
+                                  "paralens does not save")
+        tensors[name] = np.frombuffer(view["data"], dtype).reshape(view["shape"])
+    return tensors
 
 
 def _is_typed_key(key) -> bool:
@@ -107,7 +143,10 @@ def _digest(meta_json: str, tensors: dict) -> str:
     h = hashlib.sha256(meta_json.encode())
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name])
-        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        # numpy's type string ('<f4') as ever (older files keep their sums); JAX's own dtypes
+        # by name, since their type strings ('<V2') do not tell bfloat16 from another
+        tag = a.dtype.name if a.dtype in _JAX_DTYPES else a.dtype.str
+        h.update(f"\0{name}\0{tag}\0{a.shape}\0".encode())
         h.update(a.tobytes())
     return h.hexdigest()
 
@@ -159,12 +198,14 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
         [1.0]
     """
     model, names = _check_save(path, state, model)
+    _check_optimiser(opt, state)
+    _check_extras(key, fit, extra_arrays)
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
-            tensors[f"{prefix}{p}"] = _host(leaf)
+            tensors[f"{prefix}{p}"] = _holdable(f"the entry {prefix}{p}", _host(leaf))
     # the ledger read back whole, then its fields on the host: indexing it on the device would
     # queue an operation behind whatever is in flight (in fit, the next chunk) and wait for it
     host = state._replace(ledger=np.asarray(state.ledger))
@@ -173,7 +214,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
     for name, a in (extra_arrays or {}).items():
-        tensors[f"extra.{name}"] = np.asarray(a)
+        tensors[f"extra.{name}"] = _holdable(f"extra_arrays[{name!r}]", a)
     meta = {
         "format": FORMAT, "version": VERSION,
         "model": model.term(), "param_space": repr(model.param),
@@ -240,6 +281,48 @@ def _check_save(path, state, model):
     return model, names
 
 
+def _check_optimiser(opt, state) -> None:
+    """Refuse a state that is not one of `opt` (the optimiser the file will name, which
+    `load` rebuilds the state from), or, without `opt`, one that is not stateless."""
+    opt = _as_optimiser(opt, "save")
+    if opt is not None:
+        opt.check_state(state.opt_state, state.params, "save: the optimiser state")
+        return
+    try:
+        gd(1.0).check_state(state.opt_state, state.params)  # what `load` without opt expects
+    except SpaceMismatch:
+        raise KindError("save: the state holds the state of an optimiser with a state: pass "
+                        "that optimiser, save(path, state, model, opt), so that load can "
+                        "rebuild it") from None
+
+
+def _check_extras(key, fit, extra_arrays) -> None:
+    """Refuse (`KindError`, naming the argument) what a saved file cannot hold: a key that is
+    not a JAX random key, extra arrays that are not a dict of arrays by name, a `fit` record
+    that JSON cannot write."""
+    if key is not None and not _is_typed_key(key) and \
+            np.asarray(key).dtype.kind not in "ui":
+        raise KindError(f"save: key must be a JAX random key (jax.random.key(seed) or "
+                        f"jax.random.PRNGKey(seed)) or None, got {type(key).__name__} {key!r}")
+    if extra_arrays is not None:
+        if not isinstance(extra_arrays, dict):
+            raise KindError(f"save: extra_arrays must be a dict of arrays by name, got "
+                            f"{type(extra_arrays).__name__}: pass {{'name': array}}")
+        for name, a in extra_arrays.items():
+            if not isinstance(name, str):
+                raise KindError(f"save: the names of extra_arrays must be strings, got {name!r}")
+            _holdable(f"extra_arrays[{name!r}]", a)
+    if fit is not None:
+        try:
+            if not isinstance(fit, dict):
+                raise TypeError(f"a {type(fit).__name__}")
+            json.dumps(fit)
+        except (TypeError, ValueError) as e:
+            raise KindError(f"save: fit must be a dict that JSON can write (numbers, strings, "
+                            f"lists, dicts: what fit records of a run's progress), got "
+                            f"{fit!r} ({e})") from None
+
+
 def _check_slots(path, meta, model) -> list:
     """The model's slot names, if the file's slots are the model's, else `CheckpointMismatch`
     naming the first that differs."""
@@ -268,13 +351,13 @@ def _read(path) -> tuple[dict, dict]:
             data = f.read()
     except OSError as e:
         raise CheckpointError(f"cannot read the saved file {os.fspath(path)!r}: {e}") from None
-    from safetensors.numpy import load as st_load
-
     try:
-        tensors = st_load(data)
+        tensors = _decode(data)
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
         metadata = header.get("__metadata__") or {}
+    except CheckpointError as e:
+        raise CheckpointError(f"{os.fspath(path)!r} is not a paralens file: {e}") from None
     except Exception as e:  # noqa: BLE001 - safetensors' own errors (truncation, bad header)
         raise CheckpointError(f"{os.fspath(path)!r} is not a readable safetensors file "
                               f"(truncated or damaged): {e}") from None
@@ -345,7 +428,7 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
         (0, [0, 3], 'R^{1×2} × R^1')
     """
     model = _fixed(model)
-    opt = _as_optimiser(opt)
+    opt = _as_optimiser(opt, "load")
     _check_target(mesh, layout)
     meta, tensors = _read(path)
     names = _check_slots(path, meta, model)
