@@ -4,8 +4,10 @@
 count, the fault record and the RNG key, together with the model's lens expression and its
 parameter object slot by slot, to one **safetensors** file: a JSON header and raw
 little-endian array bytes, read without unpickling anything (safetensors was made to replace
-pickle for exactly this). The header's metadata carries a SHA-256 checksum of the metadata
-and of every array's name, dtype, shape and bytes. The file is written atomically: to a
+pickle for exactly this), of any dtype JAX trains in: safetensors names bfloat16 and the
+float8 formats, which its numpy reader does not know, so `load` reads them itself. The
+header's metadata carries a SHA-256 checksum of the metadata and of every array's name,
+dtype, shape and bytes. The file is written atomically: to a
 temporary file in the same directory, flushed and fsync'ed, then renamed over `path` (and
 the directory fsync'ed), so a reader sees the old file or the new one, never half of one.
 
@@ -30,10 +32,8 @@ of the epoch in progress, its planned end), under the metadata's "fit" entry.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from typing import Any, NamedTuple
 
 import jax
@@ -44,6 +44,7 @@ import optax
 from categories.errors import (CheckpointError, CheckpointMismatch, KindError, ParalensError,
                                SpaceMismatch)
 
+from .files import atomic_write, decode, digest, holdable
 from .state import TrainState
 from .step import slot_spaces
 from ..optimisers import Optimiser, check_params, from_optax, gd, slot_names
@@ -99,81 +100,8 @@ def _as_optimiser(opt, entry: str):
                     f"optax transformation), got {type(opt).__name__} {opt!r}")
 
 
-# The dtypes a saved file holds, by their safetensors names: numpy's, and JAX's own (ml_dtypes)
-# bfloat16 and float8 formats, which safetensors writes but its numpy reader does not know.
-_DTYPES = {name: np.dtype(t) for name, t in {
-    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
-    "U32": np.uint32, "I32": np.int32, "U64": np.uint64, "I64": np.int64, "F16": np.float16,
-    "F32": np.float32, "F64": np.float64, "C64": np.complex64, "BF16": jnp.bfloat16,
-    "F8_E4M3": jnp.float8_e4m3fn, "F8_E5M2": jnp.float8_e5m2,
-    "F8_E4M3FNUZ": jnp.float8_e4m3fnuz, "F8_E5M2FNUZ": jnp.float8_e5m2fnuz}.items()}
-_JAX_DTYPES = {_DTYPES[n] for n in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")}
-
-
-def _holdable(name: str, a) -> np.ndarray:
-    """`a` as a host array, if a saved file holds its dtype (and `load` reads it back), else
-    `KindError` naming the entry."""
-    a = np.asarray(a)
-    if a.dtype not in _DTYPES.values():
-        raise KindError(f"save: {name} has dtype {a.dtype}, which a saved file does not hold "
-                        f"(it holds {', '.join(sorted(str(d) for d in _DTYPES.values()))}): "
-                        "convert it to one of these")
-    return a
-
-
-def _decode(data: bytes) -> dict:
-    """The arrays of a safetensors file's bytes, bfloat16 and float8 included."""
-    from safetensors import deserialize
-
-    tensors = {}
-    for name, view in deserialize(data):
-        dtype = _DTYPES.get(view["dtype"])
-        if dtype is None:
-            raise CheckpointError(f"its array {name!r} has the dtype {view['dtype']}, which "
-                                  "paralens does not save")
-        tensors[name] = np.frombuffer(view["data"], dtype).reshape(view["shape"])
-    return tensors
-
-
 def _is_typed_key(key) -> bool:
     return jnp.issubdtype(getattr(key, "dtype", np.float32), jax.dtypes.prng_key)
-
-
-def _digest(meta_json: str, tensors: dict) -> str:
-    h = hashlib.sha256(meta_json.encode())
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        # numpy's type string ('<f4') as ever (older files keep their sums); JAX's own dtypes
-        # by name, since their type strings ('<V2') do not tell bfloat16 from another
-        tag = a.dtype.name if a.dtype in _JAX_DTYPES else a.dtype.str
-        h.update(f"\0{name}\0{tag}\0{a.shape}\0".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` atomically: a temporary file in the same directory, flushed and
-    fsync'ed, renamed over `path`; the directory is fsync'ed so the rename survives a crash."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".paralens-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory handles
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 # -- save ----------------------------------------------------------------------------------------
@@ -183,9 +111,13 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
-    `extra_arrays` are what `fit` records of a run's progress. A point outside the parameter
-    object (NaN, infinity, outside an open set) is refused here (`DomainError`), since `load`
-    would refuse the file. `layout`: the `Layout` the state is laid out by, recorded (a
+    `extra_arrays` are what `fit` records of a run's progress. Every dtype JAX trains in
+    (bfloat16, float8) is read back bit for bit. Refused before anything is written (an
+    existing file stays as it was): a point outside the parameter object (`DomainError`),
+    which `load` would refuse; an optimiser state not of `opt` (`SpaceMismatch`; without
+    `opt`, not stateless: `KindError`), which the file would mislabel; a `key` that is not
+    a JAX random key, `extra_arrays` not a dict of arrays, a `fit` JSON cannot write
+    (`KindError`). `layout`: the `Layout` the state is laid out by, recorded (a
     state split over a mesh is written from its shards, `_host`).
 
     Examples:
@@ -197,15 +129,13 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
         >>> load(path, model, gd(0.1)).state.params[1].tolist()
         [1.0]
     """
-    model, names = _check_save(path, state, model)
-    _check_optimiser(opt, state)
-    _check_extras(key, fit, extra_arrays)
+    model, names = _check_save(path, state, model, opt, key, fit, extra_arrays)
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
-            tensors[f"{prefix}{p}"] = _holdable(f"the entry {prefix}{p}", _host(leaf))
+            tensors[f"{prefix}{p}"] = holdable(f"the entry {prefix}{p}", _host(leaf))
     # the ledger read back whole, then its fields on the host: indexing it on the device would
     # queue an operation behind whatever is in flight (in fit, the next chunk) and wait for it
     host = state._replace(ledger=np.asarray(state.ledger))
@@ -214,7 +144,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
     for name, a in (extra_arrays or {}).items():
-        tensors[f"extra.{name}"] = _holdable(f"extra_arrays[{name!r}]", a)
+        tensors[f"extra.{name}"] = holdable(f"extra_arrays[{name!r}]", a)
     meta = {
         "format": FORMAT, "version": VERSION,
         "model": model.term(), "param_space": repr(model.param),
@@ -230,9 +160,9 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     if layout is not None:  # recorded only when there is one: files without it stay as they were
         meta["layout"] = _layout_of(layout).describe()
     meta_json = json.dumps(meta, sort_keys=True)
-    data = st_save(tensors, metadata={_META: meta_json, _SUM: _digest(meta_json, tensors)})
+    data = st_save(tensors, metadata={_META: meta_json, _SUM: digest(meta_json, tensors)})
     try:
-        _atomic_write(os.fspath(path), data)
+        atomic_write(os.fspath(path), data)
     except OSError as e:
         raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
@@ -262,8 +192,9 @@ def _layout_of(layout):
     return layout
 
 
-def _check_save(path, state, model):
-    """(the fixed model, its slot names) if `state` can be saved for it at `path`."""
+def _check_save(path, state, model, opt, key, fit, extra_arrays):
+    """(the fixed model, its slot names) if `state` can be saved for it at `path`, with `opt`
+    and the optional arguments."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
             not isinstance(os.fspath(path), str):
         raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
@@ -278,6 +209,8 @@ def _check_save(path, state, model):
         raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
                             f"{model.param!r}): {why}")
     model.param.check(state.params, "the parameters to save")
+    _check_optimiser(opt, state)
+    _check_extras(key, fit, extra_arrays)
     return model, names
 
 
@@ -311,16 +244,16 @@ def _check_extras(key, fit, extra_arrays) -> None:
         for name, a in extra_arrays.items():
             if not isinstance(name, str):
                 raise KindError(f"save: the names of extra_arrays must be strings, got {name!r}")
-            _holdable(f"extra_arrays[{name!r}]", a)
+            holdable(f"extra_arrays[{name!r}]", a)
     if fit is not None:
         try:
-            if not isinstance(fit, dict):
-                raise TypeError(f"a {type(fit).__name__}")
-            json.dumps(fit)
+            why = "" if isinstance(fit, dict) and json.dumps(fit) else f"a {type(fit).__name__}"
         except (TypeError, ValueError) as e:
+            why = str(e)
+        if why:
             raise KindError(f"save: fit must be a dict that JSON can write (numbers, strings, "
                             f"lists, dicts: what fit records of a run's progress), got "
-                            f"{fit!r} ({e})") from None
+                            f"{fit!r} ({why})")
 
 
 def _check_slots(path, meta, model) -> list:
@@ -352,7 +285,7 @@ def _read(path) -> tuple[dict, dict]:
     except OSError as e:
         raise CheckpointError(f"cannot read the saved file {os.fspath(path)!r}: {e}") from None
     try:
-        tensors = _decode(data)
+        tensors = decode(data)
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
         metadata = header.get("__metadata__") or {}
@@ -361,11 +294,11 @@ def _read(path) -> tuple[dict, dict]:
     except Exception as e:  # noqa: BLE001 - safetensors' own errors (truncation, bad header)
         raise CheckpointError(f"{os.fspath(path)!r} is not a readable safetensors file "
                               f"(truncated or damaged): {e}") from None
-    meta_json, digest = metadata.get(_META), metadata.get(_SUM)
-    if meta_json is None or digest is None:
+    meta_json, saved_sum = metadata.get(_META), metadata.get(_SUM)
+    if meta_json is None or saved_sum is None:
         raise CheckpointError(f"{os.fspath(path)!r} is a safetensors file but not one paralens "
                               "saved (no paralens metadata)")
-    if _digest(meta_json, tensors) != digest:
+    if digest(meta_json, tensors) != saved_sum:
         raise CheckpointError(f"{os.fspath(path)!r} is damaged: the checksum of its arrays and "
                               "metadata does not match the one saved with them")
     try:
