@@ -99,7 +99,8 @@ def test_a_float32_file_keeps_the_checksum_of_format_1(tmp_path):
 # -- saved work: refused before anything is written ------------------------------------------------
 
 @pytest.mark.parametrize("made_by, named", [(gd(0.1), adam(0.1)), (adam(0.1), momentum(0.1)),
-                                            (momentum(0.1), adagrad(0.1)), (adam(0.1), None)])
+                                            (momentum(0.1), adagrad(0.1)), (adam(0.1), None)],
+                         ids=["gd_as_adam", "adam_as_momentum", "momentum_as_adagrad", "adam_as_none"])
 def test_save_refuses_a_state_of_another_optimiser_than_the_one_named(tmp_path, made_by, named):
     path = str(tmp_path / "s")
     save(path, TrainState.of(P0, made_by.init(P0)), MODEL, made_by)  # an earlier save
@@ -238,16 +239,22 @@ def test_adam_trains_a_bfloat16_model():
 
 PC = Covector(tuple(jnp.asarray(a) for a in COVECTORS[0]), MODEL.param)
 STATEFUL = [adam(0.1), momentum(0.1), nesterov(0.1), adagrad(0.1), gd(lambda count: 0.1)]
+NAMES = ["adam", "momentum", "nesterov", "adagrad", "gd_scheduled"]  # ids the same in every worker
 
 
-@pytest.mark.parametrize("opt", STATEFUL, ids=repr)
+@pytest.mark.parametrize("opt", STATEFUL, ids=NAMES)
 def test_a_stateful_optimiser_is_not_called_without_its_state(opt):
     with pytest.raises(KindError, match=r"keeps a state.*opt\.step\(opt\.init\(p\), p, p_cov\)"):
         opt(P0, PC)
+    # callable or not, an optimiser is no loss (arguments swapped)
+    with pytest.raises(KindError, match="got the optimiser"):
+        train_step(MODEL, opt, gd(0.1))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_gd_called_is_the_hand_formula(dtype):
+    with pytest.raises(KindError, match="got the optimiser"):
+        train_step(MODEL, gd(0.1), gd(0.1))  # callable, but no loss
     p = cast(P0, dtype)
     new = gd(0.1)(p, Covector(cast(PC.value, dtype), MODEL.param))
     for a, b, g in zip(new, p, PC.value):
