@@ -132,12 +132,6 @@ def loss_family(family: Any) -> LossFamily:
         base = loss_family(family.func)
         if not isinstance(base, CallableFamily):
             return base.configure(**family.keywords)
-    from ..optimisers.lens import Optimiser  # here: the optimisers' metrics import the losses
-
-    if isinstance(family, Optimiser):  # gd(lr) is callable, but it is no loss
-        raise KindError(f"a loss family is needed, got the optimiser {family!r}: "
-                        "train_step(model, loss_family, opt) takes the loss family before the "
-                        "optimiser")
     if callable(family) and not isinstance(family, type):
         return CallableFamily(family)
     raise KindError(f"a loss family is needed (e.g. half_squared_error, "
