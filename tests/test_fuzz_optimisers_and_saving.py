@@ -120,17 +120,24 @@ def _json_able(x):
         return False
 
 
+def _dtype(a):
+    try:
+        return np.asarray(a).dtype
+    except ValueError:  # ragged
+        return np.dtype(object)
+
+
 def _holdable(a):
     """A dtype a file holds: numpy's booleans, integers and floats (no wider than float64,
     which nothing drawn here is), and bfloat16."""
-    dtype = np.asarray(a).dtype
-    return dtype.kind in "biuf" or dtype == jnp.bfloat16
+    return _dtype(a).kind in "biuf" or _dtype(a) == jnp.bfloat16
 
 
 JUNK = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 6), st.floats(allow_nan=True),
     st.text(max_size=2), st.complex_numbers(max_magnitude=4), st.sampled_from(
         [np.float32(2.0), np.bool_(True), [1, 2], (1,), "k", b"1", object(), np.array(["a"]),
+         [[1], [1, 2]],  # ragged: numpy makes no array of it
          np.array([1 + 2j]), np.array([0.5, 1.5]), np.array([3, 4], np.uint32)]))
 KEYS = st.one_of(JUNK, st.sampled_from([jax.random.PRNGKey(1), jax.random.key(2)]))
 EXTRAS = st.one_of(JUNK, st.lists(JUNK, max_size=2),
@@ -145,7 +152,7 @@ def _typed(k):
 
 def _key_ok(k):
     """A key: a typed one, or raw key data (an array of integers)."""
-    return k is None or _typed(k) or np.asarray(k).dtype.kind in "iu"
+    return k is None or _typed(k) or _dtype(k).kind in "iu"
 
 
 def _extras_ok(e):
@@ -159,6 +166,8 @@ def _extras_ok(e):
 @example(None, [jnp.ones(2)], None)            # extra arrays as a list
 @example(None, None, {"a": object()})          # a progress record JSON cannot write
 @example(None, {"x": np.array(["a"])}, None)   # an array of strings
+@example([[1], [1, 2]], None, None)            # a ragged list: no array at all
+@example(None, {"x": [[1], [1, 2]]}, None)
 @example(jax.random.key(2), {"ema": jnp.ones(2, jnp.bfloat16)}, {"epoch": 1})
 def test_save_refuses_optional_arguments_it_cannot_write_and_keeps_the_file(
         tmp_path_factory, key, extra, fit_record):

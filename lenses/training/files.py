@@ -34,7 +34,10 @@ JAX_DTYPES = {DTYPES[n] for n in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "
 def holdable(name: str, a) -> np.ndarray:
     """`a` as a host array, if a saved file holds its dtype (and `load` reads it back), else
     `KindError` naming the entry."""
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except (TypeError, ValueError) as e:  # a ragged list, say
+        raise KindError(f"save: {name} is not an array ({e}), got {a!r}") from None
     if a.dtype not in DTYPES.values():
         raise KindError(f"save: {name} has dtype {a.dtype}, which a saved file does not hold "
                         f"(it holds {', '.join(sorted(str(d) for d in DTYPES.values()))}): "

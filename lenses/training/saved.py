@@ -104,6 +104,14 @@ def _is_typed_key(key) -> bool:
     return jnp.issubdtype(getattr(key, "dtype", np.float32), jax.dtypes.prng_key)
 
 
+def _is_raw_key(key) -> bool:
+    """key is raw key data (integers, as jax.random.PRNGKey gives)."""
+    try:
+        return np.asarray(key).dtype.kind in "ui"
+    except (TypeError, ValueError):  # a ragged list, say
+        return False
+
+
 # -- save ----------------------------------------------------------------------------------------
 
 def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None = None,
@@ -233,8 +241,7 @@ def _check_extras(key, fit, extra_arrays) -> None:
     """Refuse (`KindError`, naming the argument) what a saved file cannot hold: a key that is
     not a JAX random key, extra arrays that are not a dict of arrays by name, a `fit` record
     that JSON cannot write."""
-    if key is not None and not _is_typed_key(key) and \
-            np.asarray(key).dtype.kind not in "ui":
+    if key is not None and not _is_typed_key(key) and not _is_raw_key(key):
         raise KindError(f"save: key must be a JAX random key (jax.random.key(seed) or "
                         f"jax.random.PRNGKey(seed)) or None, got {type(key).__name__} {key!r}")
     if extra_arrays is not None:
