@@ -24,7 +24,8 @@ SlotError              a parameter slot index (`tie`) is not an integer slot of 
                        (the offending index, the number of slots)
 SpaceMismatch          two spaces that must agree do not: composition, tying slots of
                        different parameter objects, parameters not of the model's
-                       parameter object (both sides)
+                       parameter object, an optimiser state not of the optimiser given
+                       (both sides)
 ShapeError             a batch or data set does not fit the model's domain: rank, width,
                        element type, empty, unequal numbers of inputs and targets (the
                        model, expected against given shape)
@@ -41,8 +42,9 @@ HyperparameterError    a hyperparameter of an optimiser, a layer or the training
                        name, the value given)
 KindError              an object of the wrong kind where another belongs: a loss where a
                        loss family belongs, parameters where a state belongs, something
-                       that is not a lens or not an optimiser (what was given, what is
-                       needed)
+                       that is not a lens or not an optimiser, an optimiser with a state
+                       called without it, what a saved file cannot hold (what was given,
+                       what is needed)
 NonFiniteError         a training step produced NaN or infinity in a covector or in the
                        new point, and was refused (the step, the slot)
 CheckpointError        a saved file cannot be read: truncated, damaged (checksum), not a

@@ -333,8 +333,9 @@ def _random_like(p, seed):
 
 def test_nesterov_lookahead_is_the_hand_formula_and_the_metric_is_taken_there():
     m = _random_like(P0, 11)  # a momentum built by hand (None at the parameterless slot)
-    s = (EmptyState(), MomentumState(m), EmptyState())  # the parts' states: sharp, momentum, rate
     opt = nesterov(LR, BETA, metric=AtPoint())
+    empty = opt.init(P0)  # the parts' states: sharp, momentum, rate; the momentum by hand
+    s = (empty[0], MomentumState(m), empty[2])
     tm = jax.tree_util.tree_map
     phi = tm(lambda p, mi: p - LR * BETA * mi, P0, m)  # φ = p − η β m
     assert_tree_close(opt.lookahead(s, P0), phi, 1e-15)

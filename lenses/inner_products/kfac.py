@@ -22,7 +22,7 @@ from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
 from .kfac_model import adapted, rescaled
 from .metrics import covector_value, ravel
-from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
+from .natural import DataMetric, at_least, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -65,9 +65,7 @@ def _choice(x, options, name):
 
 
 def _period(x, name):
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise HyperparameterError(f"KFAC: {name} must be an integer ≥ 1, got {x!r}")
-    return x
+    return at_least(x, f"KFAC: {name}", 1)
 
 
 class KFAC(DataMetric):

@@ -35,6 +35,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from categories import Covector, Vector
 from categories.linear import unwrap
@@ -165,6 +166,14 @@ class DataMetric(Metric):
 
 # -- Gauss–Newton and Fisher ---------------------------------------------------------------------
 
+def at_least(x, name: str, least: int) -> int:
+    """x as an int if it is an integer ≥ `least` (numpy's too; a bool is not one), else
+    `HyperparameterError`."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < least:
+        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
+    return int(x)
+
+
 class GaussNewton(DataMetric):
     """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss.
 
@@ -189,6 +198,11 @@ class GaussNewton(DataMetric):
             raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
         if solver not in ("auto", "dense", "cg"):
             raise HyperparameterError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
+        name = type(self).__name__
+        # no CG iteration leaves the covector unsolved: the step would be 0, silently
+        cg_iters = at_least(cg_iters, f"{name}: cg_iters", 1)
+        dense_max = at_least(dense_max, f"{name}: dense_max (the largest dimension solved "
+                             "densely)", 0)
         assign(self, damping=float(damping), solver=solver, cg_iters=cg_iters, cg_tol=cg_tol,
                dense_max=dense_max)
 
@@ -262,8 +276,11 @@ class Fisher(GaussNewton):
     empirical: bool = static()
     output_fisher: Any = static()  # (z, v) ↦ F(z) v, or None for the loss family's own
 
-    def __init__(self, damping: float = 1e-3, empirical: bool = False, output_fisher=None, **kw):
-        super().__init__(damping, **kw)
+    def __init__(self, damping: float = 1e-3, empirical: bool = False, output_fisher=None, *,
+                 solver: str = "auto", cg_iters: int = 500, cg_tol: float = 1e-10,
+                 dense_max: int = 2000):
+        # GaussNewton's keywords spelt out, so that a misspelt one names Fisher
+        super().__init__(damping, solver, cg_iters, cg_tol, dense_max)
         assign(self, empirical=empirical, output_fisher=output_fisher)
 
     # E_y[∇_z log p ∇_z log pᵀ] = F_out(z) for the families' exponential-family distributions,

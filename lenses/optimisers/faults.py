@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from categories import DomainError, Space
-from categories.errors import NonFiniteError, SpaceMismatch
+from categories.errors import KindError, NonFiniteError, SpaceMismatch
 from categories.slots import slot_mismatch, slots
 
 tree_map = jax.tree_util.tree_map
@@ -32,7 +32,11 @@ def slot_names(model) -> list[str]:
 
 def check_params(space: Space, p, names=None) -> None:
     """Refuse (`SpaceMismatch`) a parameter point not shaped as a point of `space` (None in a
-    parameterised slot, a tuple of another length, a leaf of another shape), naming the slot."""
+    parameterised slot, a tuple of another length, a leaf of another shape), naming the slot;
+    `space` itself must be a space (`KindError`)."""
+    if not isinstance(space, Space):
+        raise KindError(f"the parameter object (space=) must be a Space, such as model.param, "
+                        f"got {type(space).__name__} {space!r}")
     why = slot_mismatch(space, p, "the point of {}", names)
     if why:
         none = " (a parameterised layer cannot step without its parameters: only parameterless " \

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from categories import Covector, Smooth, Space, Vector
-from categories.errors import CovectorError, HyperparameterError, KindError
+from categories.errors import CovectorError, HyperparameterError, KindError, SpaceMismatch
 from categories.linear import unwrap
 from categories.slots import euclidean_space_of, slot_mismatch, slots
 from categories.spaces import euclidean
@@ -127,6 +127,28 @@ class Optimiser(Value):
                             + (f" of {len(s)}" if isinstance(s, tuple) else ""))
         return s
 
+    def check_state(self, s, p, what: str = "the optimiser state") -> None:
+        """Refuse (`SpaceMismatch`) a state that is not one of this optimiser's for the point
+        p: its pytree structure must be that of `init(p)` (a state of another optimiser, or
+        parameters where the state belongs, is not). Static: read off shapes, nothing computed."""
+        expected = jax.tree_util.tree_structure(jax.eval_shape(self.init, p))
+        got = jax.tree_util.tree_structure(s)
+        if got != expected:
+            # alike when printed: a node of another class of the same name (a hand-made state)
+            alike = " (the same layout, but a node of another class)" if str(got) == str(expected) else ""
+            raise SpaceMismatch(f"{what} is not one of {self!r} (a state of another optimiser?): "
+                                f"expected the structure {expected}, got {got}{alike}: pass the "
+                                "state this optimiser's init(params) made, or the optimiser "
+                                "that made it")
+
+    def __call__(self, *args, **kwargs):
+        """Refused (`KindError`): an optimiser with a state moves the point only together with
+        its state (`step`); only the stateless update `gd(lr)` is a map p ↦ u(p)."""
+        raise KindError(f"{self!r} keeps a state (momenta, counts), so it is not a map p ↦ p'' "
+                        "to call: step it with its state, s, p = opt.step(opt.init(p), p, p_cov) "
+                        "(and carry s to the next step), or train with train_step(model, loss, "
+                        "opt); gd(lr) alone is stateless and callable as gd(lr)(p, p_cov)")
+
     # -- the forward part ------------------------------------------------------------------
     def lookahead(self, s, p, space: Space | None = None):
         """The forward part: where the covector is taken (p, unless a lookahead was asked for).
@@ -187,6 +209,7 @@ class Optimiser(Value):
         if space is not None:
             check_params(space, p)
         check_covector(p, p_cov, space)
+        self.check_state(s, p)
         s_new, p_new, inside = self.propose(s, p, p_cov, ctx, space)
         if is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at
             cov_ok, new_ok = finite_flags(unwrap(p_cov), space), finite_flags(p_new, space)

@@ -226,6 +226,16 @@ def check_non_negative(a, name: str):
     return a
 
 
+def widened(fn, dtype, *leaves):
+    """fn(*leaves) computed in the wider of float32 and `dtype`, cast to `dtype` at the end.
+
+    A rule's numbers must not round to a half-precision point's dtype: in bfloat16, Adam's
+    b2 = 0.999 is 1 (its bias correction 1 − b2^t is 0, and the step does nothing) and
+    momentum β = 0.999 would never decay. In float32 and float64 nothing is converted."""
+    wide = jnp.promote_types(dtype, jnp.float32)
+    return fn(*(a.astype(wide) for a in leaves)).astype(dtype)
+
+
 # -- the library's parts ---------------------------------------------------------------------
 
 class Sharp(Part):
@@ -293,7 +303,8 @@ class ScaleByMomentum(Part):
 
     def update(self, updates, state, params=None, **extra):
         beta = self.beta
-        m = tree_map(lambda g, t: g + beta * t, updates, state.m)
+        m = tree_map(lambda g, t: widened(lambda g, t: g + beta * t, t.dtype, g, t),
+                     updates, state.m)
         return m, MomentumState(m)
 
 
@@ -368,19 +379,22 @@ def adam_start(params):
 def adam_moments(b1, b2, g, squares, mu, nu):
     """Adam's moments, written once: μ ← b1 μ + (1−b1) g, ν ← b2 ν + (1−b2) q, where q is the
     squared size of g (g² per coordinate; a Riemannian norm, `riemannian_adam`)."""
-    return (tree_map(lambda a, m: (1 - b1) * a + b1 * m, g, mu),
-            tree_map(lambda q, n: (1 - b2) * q + b2 * n, squares, nu))
+    return (tree_map(lambda a, m: widened(lambda a, m: (1 - b1) * a + b1 * m, m.dtype, a, m),
+                     g, mu),
+            tree_map(lambda q, n: widened(lambda q, n: (1 - b2) * q + b2 * n, n.dtype, q, n),
+                     squares, nu))
 
 
 def adam_direction(b1, b2, eps, count, mu, nu, scale=1.0):
     """scale · μ̂ / (√ν̂ + ε) with the bias corrections μ̂ = μ / (1 − b1^t), ν̂ = ν / (1 − b2^t)
-    at step t = `count` (scale 1: Adam's rescaled vector; −lr: Riemannian Adam's move)."""
+    at step t = `count` (scale 1: Adam's rescaled vector; −lr: Riemannian Adam's move),
+    computed in float32 at least (`widened`)."""
     def one(m, n):
         m_hat = m / (1 - b1 ** count.astype(m.dtype))
         n_hat = n / (1 - b2 ** count.astype(n.dtype))
         return scale * m_hat / (jnp.sqrt(n_hat) + eps)
 
-    return tree_map(one, mu, nu)
+    return tree_map(lambda m, n: widened(one, m.dtype, m, n), mu, nu)
 
 
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part:

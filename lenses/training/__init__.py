@@ -10,7 +10,7 @@
 - `trainer`: `train_step`, the user's handle (a call per step, or `run` for many);
 - `sources`, `fit`: the training loop over data in memory or a stream of batches;
 - `layout`: how parameter slots are partitioned over a mesh (`Layout`);
-- `saved`: saved work; `evaluate`: `predict`, `accuracy`.
+- `saved`: saved work (`files`: the bytes of its files); `evaluate`: `predict`, `accuracy`.
 """
 
 from .evaluate import accuracy, check_labels, predict

@@ -4,8 +4,10 @@
 count, the fault record and the RNG key, together with the model's lens expression and its
 parameter object slot by slot, to one **safetensors** file: a JSON header and raw
 little-endian array bytes, read without unpickling anything (safetensors was made to replace
-pickle for exactly this). The header's metadata carries a SHA-256 checksum of the metadata
-and of every array's name, dtype, shape and bytes. The file is written atomically: to a
+pickle for exactly this), of any dtype JAX trains in: safetensors names bfloat16 and the
+float8 formats, which its numpy reader does not know, so `load` reads them itself. The
+header's metadata carries a SHA-256 checksum of the metadata and of every array's name,
+dtype, shape and bytes. The file is written atomically: to a
 temporary file in the same directory, flushed and fsync'ed, then renamed over `path` (and
 the directory fsync'ed), so a reader sees the old file or the new one, never half of one.
 
@@ -30,10 +32,8 @@ of the epoch in progress, its planned end), under the metadata's "fit" entry.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from typing import Any, NamedTuple
 
 import jax
@@ -44,6 +44,7 @@ import optax
 from categories.errors import (CheckpointError, CheckpointMismatch, KindError, ParalensError,
                                SpaceMismatch)
 
+from .files import atomic_write, decode, digest, holdable
 from .state import TrainState
 from .step import slot_spaces
 from ..optimisers import Optimiser, check_params, from_optax, gd, slot_names
@@ -90,12 +91,12 @@ def _fixed(model):
     return model.fixed("save/load")
 
 
-def _as_optimiser(opt):
+def _as_optimiser(opt, entry: str):
     if opt is None or isinstance(opt, Optimiser):
         return opt
     if isinstance(opt, optax.GradientTransformation):
         return from_optax(opt)
-    raise KindError(f"load needs the optimiser the state was trained with (an Optimiser or an "
+    raise KindError(f"{entry} needs the optimiser the state was trained with (an Optimiser or an "
                     f"optax transformation), got {type(opt).__name__} {opt!r}")
 
 
@@ -103,38 +104,12 @@ def _is_typed_key(key) -> bool:
     return jnp.issubdtype(getattr(key, "dtype", np.float32), jax.dtypes.prng_key)
 
 
-def _digest(meta_json: str, tensors: dict) -> str:
-    h = hashlib.sha256(meta_json.encode())
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` atomically: a temporary file in the same directory, flushed and
-    fsync'ed, renamed over `path`; the directory is fsync'ed so the rename survives a crash."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".paralens-", suffix=".tmp", dir=directory)
+def _is_raw_key(key) -> bool:
+    """key is raw key data (integers, as jax.random.PRNGKey gives)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory handles
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+        return np.asarray(key).dtype.kind in "ui"
+    except (TypeError, ValueError):  # a ragged list, say
+        return False
 
 
 # -- save ----------------------------------------------------------------------------------------
@@ -144,9 +119,13 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     """Write `state` (parameters, optimiser state, step count, fault record) and `key` to the
     safetensors file `path`, atomically, with the model's expression and parameter object
     and a checksum; return the path. `opt` (optional) is recorded by name; `fit` and
-    `extra_arrays` are what `fit` records of a run's progress. A point outside the parameter
-    object (NaN, infinity, outside an open set) is refused here (`DomainError`), since `load`
-    would refuse the file. `layout`: the `Layout` the state is laid out by, recorded (a
+    `extra_arrays` are what `fit` records of a run's progress. Every dtype JAX trains in
+    (bfloat16, float8) is read back bit for bit. Refused before anything is written (an
+    existing file stays as it was): a point outside the parameter object (`DomainError`),
+    which `load` would refuse; an optimiser state not of `opt` (`SpaceMismatch`; without
+    `opt`, not stateless: `KindError`), which the file would mislabel; a `key` that is not
+    a JAX random key, `extra_arrays` not a dict of arrays, a `fit` JSON cannot write
+    (`KindError`). `layout`: the `Layout` the state is laid out by, recorded (a
     state split over a mesh is written from its shards, `_host`).
 
     Examples:
@@ -158,13 +137,13 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
         >>> load(path, model, gd(0.1)).state.params[1].tolist()
         [1.0]
     """
-    model, names = _check_save(path, state, model)
+    model, names = _check_save(path, state, model, opt, key, fit, extra_arrays)
     from safetensors.numpy import save as st_save
 
     tensors, params, opt_state = {}, _paths(state.params), _paths(state.opt_state)
     for prefix, leaves in (("params", params), ("opt_state", opt_state)):
         for p, leaf in leaves:
-            tensors[f"{prefix}{p}"] = _host(leaf)
+            tensors[f"{prefix}{p}"] = holdable(f"the entry {prefix}{p}", _host(leaf))
     # the ledger read back whole, then its fields on the host: indexing it on the device would
     # queue an operation behind whatever is in flight (in fit, the next chunk) and wait for it
     host = state._replace(ledger=np.asarray(state.ledger))
@@ -173,7 +152,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     if key is not None:
         tensors["key"] = np.asarray(jax.random.key_data(key) if typed else key)
     for name, a in (extra_arrays or {}).items():
-        tensors[f"extra.{name}"] = np.asarray(a)
+        tensors[f"extra.{name}"] = holdable(f"extra_arrays[{name!r}]", a)
     meta = {
         "format": FORMAT, "version": VERSION,
         "model": model.term(), "param_space": repr(model.param),
@@ -189,9 +168,9 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     if layout is not None:  # recorded only when there is one: files without it stay as they were
         meta["layout"] = _layout_of(layout).describe()
     meta_json = json.dumps(meta, sort_keys=True)
-    data = st_save(tensors, metadata={_META: meta_json, _SUM: _digest(meta_json, tensors)})
+    data = st_save(tensors, metadata={_META: meta_json, _SUM: digest(meta_json, tensors)})
     try:
-        _atomic_write(os.fspath(path), data)
+        atomic_write(os.fspath(path), data)
     except OSError as e:
         raise CheckpointError(f"cannot write the file {os.fspath(path)!r}: {e}") from None
     return os.fspath(path)
@@ -221,8 +200,9 @@ def _layout_of(layout):
     return layout
 
 
-def _check_save(path, state, model):
-    """(the fixed model, its slot names) if `state` can be saved for it at `path`."""
+def _check_save(path, state, model, opt, key, fit, extra_arrays):
+    """(the fixed model, its slot names) if `state` can be saved for it at `path`, with `opt`
+    and the optional arguments."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
             not isinstance(os.fspath(path), str):
         raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
@@ -237,7 +217,50 @@ def _check_save(path, state, model):
         raise SpaceMismatch(f"save: the state is not one of {model.name} (parameter object "
                             f"{model.param!r}): {why}")
     model.param.check(state.params, "the parameters to save")
+    _check_optimiser(opt, state)
+    _check_extras(key, fit, extra_arrays)
     return model, names
+
+
+def _check_optimiser(opt, state) -> None:
+    """Refuse a state that is not one of `opt` (the optimiser the file will name, which
+    `load` rebuilds the state from), or, without `opt`, one that is not stateless."""
+    opt = _as_optimiser(opt, "save")
+    if opt is not None:
+        opt.check_state(state.opt_state, state.params, "save: the optimiser state")
+        return
+    try:
+        gd(1.0).check_state(state.opt_state, state.params)  # what `load` without opt expects
+    except SpaceMismatch:
+        raise KindError("save: the state holds the state of an optimiser with a state: pass "
+                        "that optimiser, save(path, state, model, opt), so that load can "
+                        "rebuild it") from None
+
+
+def _check_extras(key, fit, extra_arrays) -> None:
+    """Refuse (`KindError`, naming the argument) what a saved file cannot hold: a key that is
+    not a JAX random key, extra arrays that are not a dict of arrays by name, a `fit` record
+    that JSON cannot write."""
+    if key is not None and not _is_typed_key(key) and not _is_raw_key(key):
+        raise KindError(f"save: key must be a JAX random key (jax.random.key(seed) or "
+                        f"jax.random.PRNGKey(seed)) or None, got {type(key).__name__} {key!r}")
+    if extra_arrays is not None:
+        if not isinstance(extra_arrays, dict):
+            raise KindError(f"save: extra_arrays must be a dict of arrays by name, got "
+                            f"{type(extra_arrays).__name__}: pass {{'name': array}}")
+        for name, a in extra_arrays.items():
+            if not isinstance(name, str):
+                raise KindError(f"save: the names of extra_arrays must be strings, got {name!r}")
+            holdable(f"extra_arrays[{name!r}]", a)
+    if fit is not None:
+        try:
+            why = "" if isinstance(fit, dict) and json.dumps(fit) else f"a {type(fit).__name__}"
+        except (TypeError, ValueError) as e:
+            why = str(e)
+        if why:
+            raise KindError(f"save: fit must be a dict that JSON can write (numbers, strings, "
+                            f"lists, dicts: what fit records of a run's progress), got "
+                            f"{fit!r} ({why})")
 
 
 def _check_slots(path, meta, model) -> list:
@@ -268,21 +291,21 @@ def _read(path) -> tuple[dict, dict]:
             data = f.read()
     except OSError as e:
         raise CheckpointError(f"cannot read the saved file {os.fspath(path)!r}: {e}") from None
-    from safetensors.numpy import load as st_load
-
     try:
-        tensors = st_load(data)
+        tensors = decode(data)
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
         metadata = header.get("__metadata__") or {}
+    except CheckpointError as e:
+        raise CheckpointError(f"{os.fspath(path)!r} is not a paralens file: {e}") from None
     except Exception as e:  # noqa: BLE001 - safetensors' own errors (truncation, bad header)
         raise CheckpointError(f"{os.fspath(path)!r} is not a readable safetensors file "
                               f"(truncated or damaged): {e}") from None
-    meta_json, digest = metadata.get(_META), metadata.get(_SUM)
-    if meta_json is None or digest is None:
+    meta_json, saved_sum = metadata.get(_META), metadata.get(_SUM)
+    if meta_json is None or saved_sum is None:
         raise CheckpointError(f"{os.fspath(path)!r} is a safetensors file but not one paralens "
                               "saved (no paralens metadata)")
-    if _digest(meta_json, tensors) != digest:
+    if digest(meta_json, tensors) != saved_sum:
         raise CheckpointError(f"{os.fspath(path)!r} is damaged: the checksum of its arrays and "
                               "metadata does not match the one saved with them")
     try:
@@ -345,7 +368,7 @@ def load(path, model, opt=None, mesh=None, layout=None) -> Saved:
         (0, [0, 3], 'R^{1×2} × R^1')
     """
     model = _fixed(model)
-    opt = _as_optimiser(opt)
+    opt = _as_optimiser(opt, "load")
     _check_target(mesh, layout)
     meta, tensors = _read(path)
     names = _check_slots(path, meta, model)

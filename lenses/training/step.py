@@ -103,11 +103,7 @@ class StepCore:
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, slot_names(self.model))
             raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
-        expected = jax.tree_util.tree_structure(jax.eval_shape(opt.init, state.params))
-        if jax.tree_util.tree_structure(state.opt_state) != expected:
-            raise SpaceMismatch(f"the optimiser state is not one of {opt!r} (a state "
-                                f"of another optimiser?): expected the structure {expected}, "
-                                f"got {jax.tree_util.tree_structure(state.opt_state)}")
+        opt.check_state(state.opt_state, state.params)
         n = check_batch(self.model.dom, X, f"the batch for {self.model.name}")
         Y = self.family.check_targets(Y, self.model.cod)  # shapes here; values: `targets_ok`
         if np.shape(Y)[0] != n:

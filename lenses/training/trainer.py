@@ -57,6 +57,9 @@ class TrainStep:
             opt = from_optax(opt)
         if not isinstance(opt, Optimiser):
             raise KindError(f"train_step needs an Optimiser or an optax transformation, got {opt!r}")
+        if isinstance(loss_family, Optimiser):  # callable (gd; the others to refuse a call)
+            raise KindError(f"train_step needs a loss family, got the optimiser {loss_family!r}: "
+                            "train_step(model, loss_family, opt) takes it before the optimiser")
         if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
             raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
         fixed = model.fixed("train_step")
