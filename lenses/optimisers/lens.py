@@ -22,7 +22,7 @@ parts' states in chain order, as `optax.chain` keeps it.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -131,7 +131,7 @@ class Optimiser(Value):
         """Refuse (`SpaceMismatch`) a state that is not one of this optimiser's for the point
         p: its pytree structure must be that of `init(p)` (a state of another optimiser, or
         parameters where the state belongs, is not). Static: read off shapes, nothing computed."""
-        expected = jax.tree_util.tree_structure(jax.eval_shape(self.init, p))
+        expected: Any = jax.tree_util.tree_structure(jax.eval_shape(self.init, p))  # a PyTreeDef
         got = jax.tree_util.tree_structure(s)
         if got != expected:
             # alike when printed: a node of another class of the same name (a hand-made state)
