@@ -223,7 +223,10 @@ def batches(draw, space: Space, size=(1, 4)):
 def losses(draw, space: Space, kinds=("half_squared_error", "softmax_cross_entropy",
                                       "binary_cross_entropy")):
     """A loss C → R for a drawn target: ½‖ŷ − y‖², cross-entropy against a probability vector,
-    or binary cross-entropy on logits against targets in [0, 1]."""
+    or binary cross-entropy on logits against targets in [0, 1] (cross-entropy only over two
+    classes or more: over one it is refused, its loss 0 whatever the output)."""
+    if not space.shape or space.shape[-1] < 2:
+        kinds = tuple(k for k in kinds if k != "softmax_cross_entropy")
     kind = draw(st.sampled_from(kinds))
     if kind == "half_squared_error":
         return half_squared_error(jnp.asarray(draw(cs.arrays(space.shape))))
