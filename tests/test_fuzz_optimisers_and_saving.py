@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import load as st_load
 
 from categories import Covector, R
-from lenses import (Fisher, GaussNewton, HyperparameterError, KindError, ParalensError,
+from lenses import (KFAC, Fisher, GaussNewton, HyperparameterError, KindError, ParalensError,
                     SpaceMismatch, TrainState, adagrad, adam, dense, gd, half_squared_error,
                     load, momentum, nesterov, save, train_step)
 
@@ -325,6 +325,31 @@ def test_gauss_newton_takes_counts(cg_iters, dense_max):
             continue
         assert _count(cg_iters, 1) and _count(dense_max, 0), (cg_iters, dense_max)
         assert (metric.cg_iters, metric.dense_max) == (cg_iters, dense_max)
+
+
+def _number(x, least):
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
+        and bool(np.isfinite(x)) and x >= least
+
+
+@FUZZ
+@given(st.one_of(JUNK, st.floats(-1, 1), st.sampled_from([np.float32(0.1), np.int64(2)])),
+       st.one_of(JUNK, st.floats(-1e-3, 1e-3)))
+@example("0.1", 1e-10)       # a string damping: a raw TypeError from `<` before
+@example(float("nan"), 1e-10)  # a NaN damping: accepted before, every step NaN
+@example(0.1, "tight")       # a string tolerance: accepted before
+def test_the_data_metrics_take_finite_numbers(damping, cg_tol):
+    for kind in (GaussNewton, Fisher, KFAC):
+        args = dict(damping=damping) if kind is KFAC else dict(damping=damping, cg_tol=cg_tol)
+        try:
+            metric = kind(**args)
+        except ParalensError as e:
+            assert isinstance(e, HyperparameterError), e
+            assert not (_number(damping, 0) and (kind is KFAC or _number(cg_tol, 0))), args
+            assert kind.__name__ in str(e)
+            continue
+        assert _number(damping, 0) and (kind is KFAC or _number(cg_tol, 0)), args
+        assert metric.damping == float(damping)
 
 
 def test_a_misspelt_keyword_of_fisher_names_fisher():

@@ -5,7 +5,6 @@ The formulas of the metric and of each option are in the docstring of `KFAC`.
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -22,7 +21,7 @@ from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
 from .kfac_model import adapted, rescaled
 from .metrics import covector_value, ravel
-from .natural import DataMetric, at_least, data_scale, loss_hvp, output_fisher, output_matrix, space_of
+from .natural import DataMetric, at_least, data_scale, finite_number, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -54,9 +53,7 @@ class KFACState(NamedTuple):
 
 
 def _finite_float(x, name):
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise HyperparameterError(f"KFAC: {name} must be a finite number, got {x!r}")
-    return float(x)
+    return finite_number(x, f"KFAC: {name}")
 
 
 def _choice(x, options, name):

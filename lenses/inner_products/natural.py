@@ -174,6 +174,16 @@ def at_least(x, name: str, least: int) -> int:
     return int(x)
 
 
+def finite_number(x, name: str, least: float | None = None) -> float:
+    """x as a float if it is a finite real number (numpy's scalars too; a bool is not one),
+    ≥ `least` if given, else `HyperparameterError`."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(x) or (least is not None and x < least):
+        bound = "" if least is None else f" ≥ {least:g}"
+        raise HyperparameterError(f"{name} must be a finite number{bound}, got {x!r}")
+    return float(x)
+
+
 class GaussNewton(DataMetric):
     """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss.
 
@@ -194,16 +204,16 @@ class GaussNewton(DataMetric):
 
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
-        if damping < 0:
-            raise HyperparameterError(f"damping must be ≥ 0, got {damping}")
-        if solver not in ("auto", "dense", "cg"):
-            raise HyperparameterError(f"solver must be 'auto', 'dense' or 'cg', got {solver!r}")
         name = type(self).__name__
+        damping = finite_number(damping, f"{name}: damping", 0)
+        cg_tol = finite_number(cg_tol, f"{name}: cg_tol (the conjugate gradients' tolerance)", 0)
+        if solver not in ("auto", "dense", "cg"):
+            raise HyperparameterError(f"{name}: solver must be 'auto', 'dense' or 'cg', got {solver!r}")
         # no CG iteration leaves the covector unsolved: the step would be 0, silently
         cg_iters = at_least(cg_iters, f"{name}: cg_iters", 1)
         dense_max = at_least(dense_max, f"{name}: dense_max (the largest dimension solved "
                              "densely)", 0)
-        assign(self, damping=float(damping), solver=solver, cg_iters=cg_iters, cg_tol=cg_tol,
+        assign(self, damping=damping, solver=solver, cg_iters=cg_iters, cg_tol=cg_tol,
                dense_max=dense_max)
 
     # The curvature of the loss in the output: (z, y, v) ↦ H_y(z) v.
