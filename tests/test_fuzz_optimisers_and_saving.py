@@ -355,3 +355,11 @@ def test_the_data_metrics_take_finite_numbers(damping, cg_tol):
 def test_a_misspelt_keyword_of_fisher_names_fisher():
     with pytest.raises(TypeError, match=r"Fisher\.__init__\(\) got an unexpected keyword"):
         Fisher(dampning=1e-3)
+
+
+def test_an_optimiser_is_no_lookahead():
+    """Every optimiser is callable (the call is refused), so `callable` alone took one as a
+    lookahead (s, p) -> point; it is refused where it is given."""
+    from lenses import chain, scale_by_learning_rate, sharp
+    with pytest.raises(KindError, match="lookahead must be"):
+        chain(sharp(), scale_by_learning_rate(0.1), lookahead=adam(0.1))

@@ -104,7 +104,9 @@ class Optimiser(Value):
             raise HyperparameterError(f"on_domain_error must be 'raise' or 'backtrack', got {on_domain_error!r}")
         if isinstance(max_halvings, bool) or not isinstance(max_halvings, int) or max_halvings < 0:
             raise HyperparameterError(f"max_halvings must be an integer ≥ 0, got {max_halvings!r}")
-        if not (isinstance(lookahead, bool) or callable(lookahead)):
+        # an optimiser is callable (to refuse the call) but is no lookahead (s, p) -> point
+        if isinstance(lookahead, Optimiser) or not (isinstance(lookahead, bool)
+                                                    or callable(lookahead)):
             raise KindError(f"lookahead must be True, False or a callable (s, p) -> point, "
                             f"got {lookahead!r}")
         assign(self, parts=_check_parts(parts), lookahead_at=lookahead,
