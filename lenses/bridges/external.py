@@ -33,12 +33,12 @@ from ..sites import Affine, Site
 from .. import picture
 
 
-def _space(x, who: str) -> Space:
+def _space(x, who: str, what: str = "domain") -> Space:
     if isinstance(x, Space):
         return x
     if isinstance(x, int) or (isinstance(x, tuple) and all(isinstance(n, int) for n in x)):
         return R(*((x,) if isinstance(x, int) else x))
-    raise KindError(f"{who} needs its domain as a Space (e.g. R(3)) or a shape, got {x!r}")
+    raise KindError(f"{who} needs its {what} as a Space (e.g. R(3)) or a shape, got {x!r}")
 
 
 def _unit_space(shapes) -> Space:
@@ -73,7 +73,7 @@ class Wrapped(ParaLens):
         self.dom, self.name = dom, name
         self.param = Product(*(_unit_space([jnp.shape(leaves[i]) for i in u]) for u in self.units))
         out = self._out_shape(leaves, dom)
-        self.cod = cod if cod is not None else R(*out.shape)
+        self.cod = R(*out.shape) if cod is None else _space(cod, f"from_{framework}", "codomain")
         if tuple(self.cod.shape) != tuple(out.shape):
             raise SpaceMismatch(f"{name} maps {dom!r} to arrays of shape {tuple(out.shape)}, "
                                 f"not to its codomain {self.cod!r}")
@@ -93,6 +93,12 @@ class Wrapped(ParaLens):
             raise SpaceMismatch(f"{self.name} fails on a point of its domain {dom!r}: {e}") from e
         if not hasattr(out, "shape"):
             raise KindError(f"{self.name} must return one array, got {type(out).__name__}")
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            # an integer or boolean output (an argmax, a comparison) has no derivative
+            raise KindError(f"{self.name} returns an array of dtype {out.dtype}, not a point of a "
+                            "real space R^n: its output has no derivative to learn by. Return "
+                            "real numbers (e.g. the scores or probabilities before an argmax; "
+                            "a cast with .astype(float) has derivative 0)")
         return out
 
     def _tree_of(self, leaves):
@@ -171,6 +177,8 @@ def _affine_view(aff: Affine):
 def from_function(f: Callable, params, dom, cod: Space | None = None, name: str | None = None):
     """The lens (P, f, f') : A → B of f(params, a), P = ∏ R^{shape} over the leaves of the
     example `params` (a pytree of real arrays; a point is the tuple of its leaves), f' derived.
+    `dom` and `cod` are Spaces or shapes (`cod` read off f when None); f must return real
+    numbers (an integer or boolean output has no derivative: `KindError`).
 
     Examples:
         The leaves in the pytree's order (a dict's keys sorted: b, then w); the example

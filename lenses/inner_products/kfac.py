@@ -13,8 +13,9 @@ import numpy as np
 from jax import lax
 
 from categories import Vector
-from categories.errors import HyperparameterError, KindError
+from categories.errors import HyperparameterError, KindError, SpaceMismatch
 
+from ..inputs import need_lens
 from ..losses import loss_family
 from ..sites import at_path
 from ..values import assign, static
@@ -63,6 +64,14 @@ def _choice(x, options, name):
 
 def _period(x, name):
     return at_least(x, f"KFAC: {name}", 1)
+
+
+def _function(f, name, form):
+    """f if it is None or callable, else `KindError` naming the argument and its form."""
+    if f is not None and not callable(f):
+        raise KindError(f"KFAC: {name} must be a function {form} (or None for the loss "
+                        f"family's own), got {type(f).__name__} {f!r}")
+    return f
 
 
 class KFAC(DataMetric):
@@ -145,8 +154,10 @@ class KFAC(DataMetric):
     "gauss-newton", "empirical" or "sampled" (`samples` labels per example, from the family's
     `sample` or `sampler(key, z)`); `decay` ε ∈ [0, 1); `factor_period`, `inverse_period`,
     `damping_period` ≥ 1; `omega` ∈ (0, 1]; `min_damping`, `max_damping`; `tikhonov`
-    "exact" or "factored"; `rescale`; `seed` the first key; `model` the model whose factors
-    the state holds (needed by every option but `tikhonov`). `rescale` and `adapt_damping`
+    "exact" or "factored"; `rescale`; `seed` the first key (an integer ≥ 0); `model` the model
+    whose factors the state holds (needed by every option but `tikhonov`; the model trained:
+    one with another parameter object is refused, `SpaceMismatch`, when the step is built);
+    `output_fisher` and `sampler` functions or None. `rescale` and `adapt_damping`
     act in the optimiser's step (`sharp_state`); `sharp`, `flat` and `matrix` are the damped
     K-FAC matrix itself, a metric.
     Parameterised slots whose lens declares no affine structure raise, or with
@@ -209,13 +220,17 @@ class KFAC(DataMetric):
                                       f"{min_damping!r}, {max_damping!r}")
         if adapt_damping and damping == 0:
             raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+        if model is not None:
+            need_lens(model, "KFAC(model=...)")
+        output_fisher = _function(output_fisher, "output_fisher", "(z, v) ↦ F(z) v")
+        sampler = _function(sampler, "sampler", "(key, z) ↦ target")
         assign(self, damping=damping, curvature=curvature, fallback=fallback,
                output_fisher=output_fisher, decay=decay,
                factor_period=_period(factor_period, "factor_period"),
                inverse_period=_period(inverse_period, "inverse_period"),
                damping_period=damping_period, samples=_period(samples, "samples"),
                adapt_damping=bool(adapt_damping), omega=omega, min_damping=low,
-               max_damping=high, sampler=sampler, seed=int(seed), model=model,
+               max_damping=high, sampler=sampler, seed=at_least(seed, "KFAC: seed", 0), model=model,
                tikhonov=tikhonov, rescale=bool(rescale))
         options = [name for name, on in (
             ("decay", decay > 0), ("factor_period", self.factor_period > 1),
@@ -231,6 +246,15 @@ class KFAC(DataMetric):
         """Whether KFAC keeps a state in its optimiser (`init_state`, `sharp_state`): with a
         model given. Without one, KFAC holds nothing (`sharp` recomputes the batch's factors)."""
         return self.model is not None
+
+    def check_model(self, model, who: str) -> None:
+        """Refuse (`SpaceMismatch`) to be trained on `model` when the model KFAC keeps the
+        factors of (`model=`) has another parameter object: the state's shapes are its own."""
+        if self.model is not None and self.model.param != model.param:
+            raise SpaceMismatch(f"{who}: {self!r} keeps the factors of model={self.model.name} "
+                                f"(parameters {self.model.param!r}), but the model trained is "
+                                f"{model.name} (parameters {model.param!r}): pass the trained "
+                                "model as KFAC(..., model=...)")
 
     def _layout(self, model):
         """The model's parameterised slots (`model.sites()`) and how each is read."""
@@ -380,6 +404,12 @@ class KFAC(DataMetric):
         ε_1 = 0), identity decompositions, λ = `damping`, the key of `seed`."""
         if self.model is None:
             raise KindError("KFAC keeps a state only with its model: KFAC(..., model=your_model)")
+        why = self.model.param.mismatch(p, "the parameters")
+        if why:
+            raise SpaceMismatch(f"{self!r} keeps the factors of model={self.model.name} "
+                                f"(parameters {self.model.param!r}), but the optimiser is started "
+                                f"on other parameters: {why}; pass the trained model as "
+                                "KFAC(..., model=...)")
         leaves = jax.tree_util.tree_leaves(p)
         dtype = np.dtype(jnp.result_type(leaves[0]) if leaves else jnp.result_type(float))
         # Built with numpy (no compilation per shape; also under `eval_shape`).

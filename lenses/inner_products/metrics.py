@@ -81,6 +81,10 @@ class Metric(Value, abc.ABC):
         `sharp_state`); none does but K-FAC with its model."""
         return False
 
+    def check_model(self, model, who: str) -> None:
+        """Refuse (an error of the catalogue) to serve the training of `model`; a metric tied
+        to a model (K-FAC's `model=`) checks it is that one. Called when a step is built."""
+
     def init_state(self, p):
         """The memory of a stateful metric before the first step (`stateful`)."""
         raise UnsupportedError(f"{type(self).__name__} keeps no state")

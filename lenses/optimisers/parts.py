@@ -164,6 +164,20 @@ class Foreign(Part):
             return self.tx.update(updates, state, params, **extra)
         return self.tx.update(updates, state, params)
 
+    def check_on(self, params, who: str) -> None:
+        """Refuse (`HyperparameterError`) a transformation whose init or update fails on the
+        parameters `params` and a covector of them, as the step will call it (the data's
+        `ctx` aside). Traced for shapes only (`jax.eval_shape`): nothing is computed or compiled."""
+        def once(p):
+            return self.update(tree_map(jnp.zeros_like, p), self.tx.init(p), p, ctx=None)
+        try:
+            jax.eval_shape(once, params)
+        except Exception as e:  # noqa: BLE001 - whatever optax raises, named below
+            why = f"{type(e).__name__}: {str(e).rstrip('.')}"
+            raise HyperparameterError(
+                f"{who}: the optax transformation fails on a covector of the parameters: {why}. "
+                "Check its hyperparameters (a learning rate is a number or a schedule)") from e
+
     def __repr__(self):
         return repr(self.tx)
 

@@ -121,7 +121,9 @@ def from_optax(tx, metric=None, *, lookahead=False, on_domain_error: str = "rais
     """Any optax transformation as the rule: chain(sharp(metric), tx); p ← p + tx((p')♯).
 
     `lookahead=True` takes the covector at the inertial point: from_optax(optax.sgd(lr,
-    momentum=β), lookahead=True) is Nesterov's method.
+    momentum=β), lookahead=True) is Nesterov's method. A transformation that fails on the
+    parameters' shapes (a learning rate that is not a number) is refused when `train_step`
+    is built (`HyperparameterError`, `Foreign.check_on`).
 
     Examples:
         >>> import optax

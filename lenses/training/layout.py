@@ -23,6 +23,7 @@ parameter point (Adam's moments, momentum's sum) takes the parameters' partition
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import numpy as np
@@ -31,9 +32,27 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from categories import Product
 from categories.errors import KindError, LayoutError
 
+from ..inputs import need_lens
 from ..optimisers import slot_names
 
 tree_util = jax.tree_util
+
+
+def _axis_sizes(axes) -> dict:
+    """The mesh's axis sizes as a dict name ↦ size: from a `Mesh`, or a mapping whose sizes
+    are integers ≥ 1 (`LayoutError` otherwise; `KindError` for neither)."""
+    if isinstance(axes, Mesh):
+        return dict(axes.shape)
+    if not isinstance(axes, Mapping):
+        raise KindError(f"Layout.specs: axes must be a jax.sharding.Mesh or a dict from mesh "
+                        f"axis name to its number of devices (e.g. {{'model': 4}}), got "
+                        f"{type(axes).__name__} {axes!r}")
+    for name, size in axes.items():
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) \
+                or size < 1:
+            raise LayoutError(f"Layout.specs: mesh axis {name!r} must have an integer number "
+                              f"of devices ≥ 1, got {size!r}")
+    return {name: int(size) for name, size in axes.items()}
 
 
 class Layout:
@@ -73,8 +92,10 @@ class Layout:
 
     def specs(self, model, axes) -> object:
         """The `PartitionSpec` of each leaf of `model`'s parameter point (its pytree), over a
-        mesh of these axis sizes (a `Mesh` or a dict name ↦ size), checked against them."""
-        sizes = dict(axes.shape) if isinstance(axes, Mesh) else dict(axes)
+        mesh of these axis sizes (a `Mesh` or a dict name ↦ size, each an integer ≥ 1),
+        checked against them."""
+        need_lens(model, "Layout.specs")
+        sizes = _axis_sizes(axes)
         names, point = slot_names(model), model.param.zeros()
         several = isinstance(model.param, Product) and len(names) > 1
         known = set(range(len(names))) | {n.split(" ", 2)[-1][1:-1] for n in names}

@@ -24,11 +24,19 @@ from categories.errors import (HyperparameterError, KindError, ParalensError, Sh
                                UnsupportedError)
 
 from ..losses import loss_family as as_loss_family
+from ..inner_products.metrics import Metric
 from ..optimisers import Optimiser, check_floating, check_params, from_optax, slot_names
+from ..optimisers.parts import Foreign
 from ..inputs import need_lens
 from . import schedule
 from .state import Report, TrainState
 from .step import arguments, core_for, slot_spaces
+
+
+def _held(opt, cls) -> list:
+    """The objects of class `cls` the optimiser holds (its parts, their inner products)."""
+    return [x for x in jax.tree_util.tree_leaves(opt, is_leaf=lambda x: isinstance(x, cls))
+            if isinstance(x, cls)]
 
 
 class TrainStep:
@@ -63,6 +71,10 @@ class TrainStep:
         if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
             raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
         fixed = model.fixed("train_step")
+        for metric in _held(opt, Metric):  # a metric tied to a model (K-FAC's) is tied to this one
+            metric.check_model(fixed, "train_step")
+        for part in _held(opt, Foreign):  # an optax transformation, on these parameters' shapes
+            part.check_on(jax.eval_shape(fixed.param.zeros), "train_step")
         self.model, self.loss_family, self.opt = fixed, as_loss_family(loss_family), opt
         self.reduction, self.mesh = reduction, mesh
         self.layout = layout
