@@ -18,7 +18,7 @@ from categories import Product, Space
 from categories.errors import KindError, SpaceMismatch
 
 from . import picture
-from .composable import Composable
+from .composable import Composable, refuse_operand
 
 
 class LensFamily(Composable):
@@ -70,16 +70,20 @@ class LensFamily(Composable):
     # -- composition --------------------------------------------------------------------------
     def __rshift__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, ">>", other)
         if other.is_fixed() and self.endo:  # an endomorphism family is fixed by what follows
             return self.at(other.dom) >> other
         return LensFamily(lambda A: self.at(A) >> other, f"{self.name} ≫ {other.name}",
                           self.smooth and other.smooth, self.endo and other.endo)
 
     def __matmul__(self, other):
+        if not isinstance(other, Composable):
+            refuse_operand(self, "@", other)
         return _beside(self, other)
 
     def __rmatmul__(self, other):
+        if not isinstance(other, Composable):
+            refuse_operand(other, "@", self)
         return _beside(other, self)
 
     def reparam(self, r, init=None, name=None):

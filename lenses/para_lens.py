@@ -34,7 +34,7 @@ from categories.linear import unwrap
 from categories.para import Parameterised, slot_uses
 
 from . import picture
-from .composable import Composable
+from .composable import Composable, refuse_operand
 from .inputs import as_real, check_cotangent, check_finite_covector
 from .sites import Site
 
@@ -241,14 +241,14 @@ class ParaLens(Composable, Parameterised):
     # -- composition -------------------------------------------------------------------------
     def __rshift__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, ">>", other)
         other = other.after(self.cod)
         check_composable(self, other)
         return Chain(self.parts + other.parts)
 
     def __matmul__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, "@", other)
         if not other.is_fixed():
             return NotImplemented  # the family puts itself beside this lens (`__rmatmul__`)
         return Parallel(self, other)
