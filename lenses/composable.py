@@ -13,7 +13,7 @@ from abc import abstractmethod
 from typing import Callable
 
 from categories import Space
-from categories.errors import KindError
+from categories.errors import KindError, SpaceMismatch
 
 from .picture import Drawable
 
@@ -47,6 +47,17 @@ class Composable(Drawable):
     @abstractmethod
     def after(self, A: Space):
         """What follows a lens with codomain A: a lens as it is (a family fixes itself at A)."""
+
+    def at(self, A: Space):
+        """The member with domain A: a lens is the one member of its family, at its domain
+        (`SpaceMismatch` at another; a family builds the member, `lenses.families`)."""
+        if not isinstance(A, Space):
+            raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+        lens = self.fixed(f"{self.name}.at")
+        if A != lens.dom:
+            raise SpaceMismatch(f"{self.name} is already fixed at {lens.dom!r}, got {A!r}: "
+                                f"a lens's .at takes only its own domain")
+        return lens
 
     def __rrshift__(self, other):  # reached only when the left side is not a lens
         refuse_operand(other, ">>", self)

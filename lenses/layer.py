@@ -18,7 +18,7 @@ from categories.errors import CovectorError, KindError, SpaceMismatch
 from categories.points import describe
 
 from . import picture
-from .inputs import flag, need_lens
+from .inputs import flag, need_callable, need_lens
 from .para_lens import ParaLens
 from .sites import Affine, Site
 
@@ -58,9 +58,7 @@ class Layer(ParaLens):
         self.dom, self.cod, self.param = dom, cod, param
         self.name = name if name else str(getattr(forward, "__name__", "f"))
         for what, fn in (("forward", forward), ("backward", backward), ("init", init)):
-            if fn is not None and not callable(fn):
-                raise KindError(f"the {what} part of {self.name} must be a function, got "
-                                f"{type(fn).__name__} {fn!r:.40}")
+            need_callable(fn, f"the {what} part of {self.name}")
         if structure is not None:
             why = structure.mismatch(dom, cod, param) if isinstance(structure, Affine) else \
                 f"it must be None or Affine(bias=...), got {type(structure).__name__} {structure!r:.40}"

@@ -35,10 +35,8 @@ from categories.para import Parameterised, slot_uses
 
 from . import picture
 from .composable import Composable, refuse_operand
-from .inputs import as_real, check_cotangent, check_finite_covector
+from .inputs import as_real, check_cotangent, check_finite_covector, need_reparam
 from .sites import Site
-
-tree_map = jax.tree_util.tree_map
 
 
 # -- the one reverse-order loop ----------------------------------------------------------------
@@ -231,8 +229,8 @@ class ParaLens(Composable, Parameterised):
                                     f"codomain of {name} is {cod!r}")
             c = unwrap(b_cov)
             check_finite_covector(c, what)
-            if out is not None:  # a covector of integers (or of another float width) is one of
-                c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
+            if out is not None:  # a covector of ints (or another float width): the output's dtype
+                c = jax.tree_util.tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)
             da, dp = pull(c)
             return Covector(da, dom), Covector(dp, param)
 
@@ -445,6 +443,7 @@ class Reparam(ParaLens):
     """
 
     def __init__(self, lens: ParaLens, r: Smooth, init=None, name=None):
+        need_reparam(r, init, lens.name, lens.param)
         if r.cod != lens.param:
             raise SpaceMismatch(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")

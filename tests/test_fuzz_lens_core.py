@@ -10,8 +10,8 @@ import pytest
 
 from categories import R, Smooth
 from categories.errors import CovectorError, KindError, SpaceMismatch
-from lenses import (Affine, Layer, batched, dense, gd, half_squared_error, relu, tanh,
-                    train_step)
+from lenses import (Affine, Layer, batched, dense, family, gd, half_squared_error, linear, relu,
+                    tanh, train_step)
 
 KEY = jax.random.PRNGKey(0)
 
@@ -119,3 +119,37 @@ def test_affine_flags_and_init_result():
     with pytest.raises(SpaceMismatch, match=r"init of scale .*shape \(2,\).*shape \(3,\)"):
         _layer(init=lambda k: jnp.ones(3)).init(KEY)
     assert _layer(init=lambda k: jnp.ones(2)).init(KEY).shape == (2,)
+
+
+def test_reparam_needs_a_smooth_map_and_a_function_init():
+    with pytest.raises(KindError, match=r"dense\(2→2\).reparam needs a smooth map"):
+        dense(2, 2).reparam(3)
+    w = Smooth(R(), R(1, 1), lambda q: jnp.reshape(q, (1, 1)), "w")
+    with pytest.raises(KindError, match="init of linear.*reparam must be a function"):
+        linear(1, 1).reparam(w, init=5)
+
+
+# -- 4. .at on a fixed lens ---------------------------------------------------------------------
+def test_at_on_a_lens_is_itself_at_its_domain_only():
+    lens = dense(2, 1)
+    assert lens.at(R(2)) is lens
+    with pytest.raises(SpaceMismatch, match=r"dense\(2→1\) is already fixed at R\^2, got R\^3"):
+        lens.at(R(3))
+    with pytest.raises(KindError, match="needs a Space"):
+        lens.at(3)
+
+
+# -- 6. what a family builds --------------------------------------------------------------------
+def test_family_refuses_bad_make_and_bad_members():
+    with pytest.raises(KindError, match="make of the family 'x' must be a function"):
+        family(3, "x")
+    with pytest.raises(KindError, match="family x at R\\^2 gives int 3, not a lens"):
+        family(lambda A: 3, "x").at(R(2))
+    with pytest.raises(SpaceMismatch, match=r"gives dense\(3→1\), whose domain is R\^3"):
+        family(lambda A: dense(3, 1), "x").at(R(2))
+
+
+def test_family_member_is_a_lens_on_its_domain():
+    """Oracle by hand: the doubling family at R^2 doubles (1, 2)."""
+    double = family(lambda A: Layer(A, A, R(0), lambda a, p: 2 * a, name="double"), "double")
+    np.testing.assert_allclose(np.asarray(double.at(R(2))(jnp.array([1.0, 2.0]), None)), [2.0, 4.0])
