@@ -52,7 +52,7 @@ class LensFamily(Composable):
                 raise KindError(f"the family {self.name} at {A!r} gives {type(member).__name__} "
                                 f"{member!r:.40}, not a lens: its make(A) must build a lens")
             lens = member.fixed(f"the family {self.name}")
-            if lens.dom != A:
+            if lens.dom != A and lens.dom.tangent != A.tangent:  # (A may be an open subset of it)
                 raise SpaceMismatch(f"the family {self.name} at {A!r} gives {lens.name}, whose "
                                     f"domain is {lens.dom!r}: its make(A) must build a lens on A")
             self._members[A] = member
