@@ -54,14 +54,24 @@ def padded(n: int) -> int | None:
     return m
 
 
+#: the shape of the raw data of one PRNG key of JAX's default kind ((2,) for threefry)
+KEY_DATA_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+
+
 def need_key(key, who: str = "init") -> None:
-    """Refuse (`KindError`) what is not a PRNG key: a typed key, or raw uint32 key data."""
-    if isinstance(key, jax.core.Tracer):
-        return
-    if isinstance(key, (jax.Array, np.ndarray)) and (
-            jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-            or (key.dtype == np.uint32 and key.ndim >= 1)):
-        return
+    """Refuse (`KindError`) what is not one PRNG key: a typed key of shape (), or raw uint32
+    key data of shape `KEY_DATA_SHAPE` (several keys, as `jax.random.split` gives, are refused
+    by name: a draw takes one). Shapes are static, so a traced key is checked too."""
+    if isinstance(key, (jax.Array, np.ndarray)):
+        typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        if typed or key.dtype == np.uint32:
+            want = () if typed else KEY_DATA_SHAPE
+            if tuple(key.shape) == want:
+                return
+            what = "typed keys" if typed else "uint32 key data"
+            raise KindError(f"{who} needs one PRNG key ({'a typed key of shape ()' if typed else f'uint32 key data of shape {want}'}), "
+                            f"got {what} of shape {tuple(key.shape)}: pass one key, e.g. "
+                            f"jax.random.split(k)[0]")
     raise KindError(f"{who} needs a PRNG key, got {type(key).__name__} {key!r:.60}: pass "
                     f"jax.random.PRNGKey(0) or jax.random.key(0), not a seed")
 

@@ -61,7 +61,9 @@ class Smooth:
     # -- composition (the one definition of ≫ in this category) -----------------------------
     def __rshift__(self, other: "Smooth") -> "Smooth":
         if not isinstance(other, Smooth):
-            return NotImplemented
+            raise KindError(f"cannot form {self.name} >> {type(other).__name__} {other!r:.40}: "
+                            "a smooth map composes with a smooth map (e.g. "
+                            "Smooth(R(), R(), jnp.sin, 'sin'))")
         check_composable(self, other)
         f, g = self.fn, other.fn
         if self._check:  # what f gives g is checked against f's codomain (static: once a trace)

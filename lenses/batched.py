@@ -6,7 +6,10 @@ parameter covectors of the examples: the batch score is the sum of per-example s
 
 from __future__ import annotations
 
+from categories.errors import KindError
+
 from . import picture
+from .composable import Composable
 from .inputs import as_real, check_batch, need_lens
 from .para_lens import ParaLens
 
@@ -31,6 +34,19 @@ class Batched(picture.Drawable):
 
     def is_fixed(self) -> bool:
         return True
+
+    def _not_composed(self, other, op: str = ">>"):
+        """`KindError`: a batch traversal is applied to a composite, not composed itself."""
+        raise KindError(f"cannot form {self.name} {op} {other.name if isinstance(other, Composable) else repr(other)}: "
+                        f"{self.name} is the batch traversal of a lens, not a lens; compose "
+                        f"first, then batch: batched(f {op} g)")
+
+    __rshift__ = __rrshift__ = _not_composed
+
+    def __matmul__(self, other):
+        self._not_composed(other, "@")
+
+    __rmatmul__ = __matmul__
 
     def _check(self, X, p) -> int:
         n = check_batch(self.lens.dom, X, f"batched({self.lens.name})", concrete_values=True)

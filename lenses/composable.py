@@ -13,6 +13,7 @@ from abc import abstractmethod
 from typing import Callable
 
 from categories import Space
+from categories.errors import KindError, SpaceMismatch
 
 from .picture import Drawable
 
@@ -47,5 +48,39 @@ class Composable(Drawable):
     def after(self, A: Space):
         """What follows a lens with codomain A: a lens as it is (a family fixes itself at A)."""
 
+    def at(self, A: Space):
+        """The member with domain A: a lens is the one member of its family, at its domain
+        (`SpaceMismatch` at another; a family builds the member, `lenses.families`)."""
+        if not isinstance(A, Space):
+            raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+        lens = self.fixed(f"{self.name}.at")
+        if A != lens.dom:
+            raise SpaceMismatch(f"{self.name} is already fixed at {lens.dom!r}, got {A!r}: "
+                                f"a lens's .at takes only its own domain")
+        return lens
 
-__all__ = ["Composable"]
+    def __rrshift__(self, other):  # reached only when the left side is not a lens
+        refuse_operand(other, ">>", self)
+
+    def __rmatmul__(self, other):  # reached only when the left side is not a lens
+        refuse_operand(other, "@", self)
+
+
+def refuse_operand(left, op: str, right) -> None:
+    """Refuse (`KindError`) `left op right` (op `>>` or `@`) where a side is not a lens or a
+    family of lenses, naming both sides and how to make a function a lens."""
+    def side(x):
+        if isinstance(x, Composable):
+            return x.name
+        fn = getattr(x, "__name__", None)
+        return f"the function {fn}" if fn and callable(x) else f"{type(x).__name__} {x!r:.40}"
+    bad = right if isinstance(left, Composable) else left
+    hint = (f"a JAX function is made a lens by activation(name, fn) (e.g. "
+            f"activation('tanh', jnp.tanh), or use lenses.tanh)" if getattr(bad, "__name__", None)
+            and callable(bad) else
+            "both sides must be lenses (e.g. dense(2, 3)) or families of lenses (e.g. tanh)")
+    raise KindError(f"cannot form {side(left)} {op} {side(right)}: {side(bad)} is not a lens or "
+                    f"a family of lenses; {hint}")
+
+
+__all__ = ["Composable", "refuse_operand"]

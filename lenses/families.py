@@ -18,7 +18,8 @@ from categories import Product, Space
 from categories.errors import KindError, SpaceMismatch
 
 from . import picture
-from .composable import Composable
+from .composable import Composable, refuse_operand
+from .inputs import need_callable
 
 
 class LensFamily(Composable):
@@ -35,6 +36,9 @@ class LensFamily(Composable):
 
     def __init__(self, make: Callable[[Space], object], name: str, smooth: bool = True,
                  endo: bool = False):
+        need_callable(make, f"the make of the family {name!r}")
+        if not isinstance(name, str):
+            raise KindError(f"a family's name must be a string, got {type(name).__name__} {name!r}")
         self._make, self.name, self.smooth, self.endo = make, name, bool(smooth), bool(endo)
         self._members: dict = {}
 
@@ -43,7 +47,15 @@ class LensFamily(Composable):
         if not isinstance(A, Space):
             raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
         if A not in self._members:
-            self._members[A] = self._make(A)
+            member = self._make(A)
+            if not isinstance(member, Composable) or not member.is_fixed():
+                raise KindError(f"the family {self.name} at {A!r} gives {type(member).__name__} "
+                                f"{member!r:.40}, not a lens: its make(A) must build a lens")
+            lens = member.fixed(f"the family {self.name}")
+            if lens.dom != A and lens.dom.tangent != A.tangent:  # (A may be an open subset of it)
+                raise SpaceMismatch(f"the family {self.name} at {A!r} gives {lens.name}, whose "
+                                    f"domain is {lens.dom!r}: its make(A) must build a lens on A")
+            self._members[A] = member
         return self._members[A]
 
     # -- what lenses ask ----------------------------------------------------------------------
@@ -70,16 +82,20 @@ class LensFamily(Composable):
     # -- composition --------------------------------------------------------------------------
     def __rshift__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, ">>", other)
         if other.is_fixed() and self.endo:  # an endomorphism family is fixed by what follows
             return self.at(other.dom) >> other
         return LensFamily(lambda A: self.at(A) >> other, f"{self.name} ≫ {other.name}",
                           self.smooth and other.smooth, self.endo and other.endo)
 
     def __matmul__(self, other):
+        if not isinstance(other, Composable):
+            refuse_operand(self, "@", other)
         return _beside(self, other)
 
     def __rmatmul__(self, other):
+        if not isinstance(other, Composable):
+            refuse_operand(other, "@", self)
         return _beside(other, self)
 
     def reparam(self, r, init=None, name=None):

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Product, Space, Vector
+from categories import Product, Smooth, Space, Vector
 from categories.errors import CovectorError, DomainError, KindError, ShapeError
 from categories.linear import unwrap
 from categories.points import describe, real_dtype_mismatch
@@ -44,6 +44,21 @@ def need_lens(x, who: str) -> None:
     if not isinstance(x, Composable):
         raise KindError(f"{who} needs a lens (e.g. dense(2, 3)) or a family of lenses "
                         f"(e.g. tanh), got {type(x).__name__} {x!r}")
+
+
+def need_callable(fn, who: str) -> None:
+    """Refuse (`KindError`) what is neither None nor a function, naming `who`."""
+    if fn is not None and not callable(fn):
+        raise KindError(f"{who} must be a function, got {type(fn).__name__} {fn!r:.40}")
+
+
+def need_reparam(r, init, name: str, P: Space) -> None:
+    """Refuse (`KindError`) a reparameterisation of the lens `name` (parameters P) along what
+    is not a smooth map, or with an init that is not a function."""
+    if not isinstance(r, Smooth):
+        raise KindError(f"{name}.reparam needs a smooth map r : Q → {P!r} (a Smooth), got "
+                        f"{type(r).__name__} {r!r:.40}")
+    need_callable(init, f"the init of {name}.reparam")
 
 
 def need_space(A, who: str) -> Space:
@@ -153,4 +168,4 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     return found[0][1] if found else 0
 
 
-__all__ = ["as_real", "need_lens", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]
+__all__ = ["as_real", "need_lens", "need_callable", "need_reparam", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]

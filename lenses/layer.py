@@ -13,10 +13,12 @@ import jax
 import jax.numpy as jnp
 
 from categories import Product, Space
-from categories.errors import KindError, SpaceMismatch
+from categories.draws import need_key
+from categories.errors import CovectorError, KindError, SpaceMismatch
+from categories.points import describe
 
 from . import picture
-from .inputs import need_lens
+from .inputs import flag, need_callable, need_lens
 from .para_lens import ParaLens
 from .sites import Affine, Site
 
@@ -54,9 +56,20 @@ class Layer(ParaLens):
             if not isinstance(space, Space):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
         self.dom, self.cod, self.param = dom, cod, param
-        self._forward, self._backward, self._init = forward, backward, init
         self.name = name if name else str(getattr(forward, "__name__", "f"))
-        self.smooth, self.structure, self.node = bool(smooth), structure, node
+        for what, fn in (("forward", forward), ("backward", backward), ("init", init)):
+            need_callable(fn, f"the {what} part of {self.name}")
+        if structure is not None:
+            why = structure.mismatch(dom, cod, param) if isinstance(structure, Affine) else \
+                f"it must be None or Affine(bias=...), got {type(structure).__name__} {structure!r:.40}"
+            if why:
+                raise KindError(f"the structure {structure!r:.40} declared by {self.name} does "
+                                f"not fit it: {why}")
+        if at_evaluation is not None:
+            need_lens(at_evaluation, f"the at_evaluation of {self.name}")
+        self._forward, self._backward, self._init = forward, backward, init
+        self.smooth = flag(smooth, f"the smooth flag of {self.name}")
+        self.structure, self.node = structure, node
         self.at_evaluation = at_evaluation
         if check:
             self._check_forward_shape()
@@ -82,7 +95,11 @@ class Layer(ParaLens):
     def apply_vjp(self, a, p, batched):
         if self._backward is None:
             return ParaLens.apply_vjp(self, a, p, batched)
-        b, back = self.apply(a, p, batched), self._backward
+        b, given = self.apply(a, p, batched), self._backward
+
+        def back(a, p, bc):  # its result's shapes are static: checked once a trace
+            return self._checked_backward(given(a, p, bc))
+
         if not batched:
             return b, lambda bc: back(a, p, bc)
 
@@ -91,6 +108,20 @@ class Layer(ParaLens):
             return da, tree_map(lambda x: jnp.sum(x, axis=0), dp)
 
         return b, pull
+
+    def _checked_backward(self, out):
+        """The hand-written backward part's (a', p'), if shaped as covectors on the domain and
+        on the parameter object, else `CovectorError` naming the layer and which is wrong."""
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise CovectorError(f"the backward part of {self.name} must return a pair (a', p') "
+                                f"of covectors on {self.dom!r} and on {self.param!r}, got "
+                                f"{describe(out)}")
+        for what, space, c in (("a'", self.dom, out[0]), ("p'", self.param, out[1])):
+            why = space.tangent.mismatch(c, what)
+            if why:
+                raise CovectorError(f"the backward part of {self.name} gives {what} that is not "
+                                    f"a covector on {space!r}: {why}")
+        return out
 
     def rebuild(self, children):
         return self
@@ -105,7 +136,15 @@ class Layer(ParaLens):
         return self.apply(a, p, False) + next(deltas)
 
     def init(self, key):
-        return self._init(key) if self._init is not None else self.param.sample_interior(key)
+        need_key(key)
+        if self._init is None:
+            return self.param.sample_interior(key)
+        p = self._init(key)
+        why = self.param.mismatch(p, "its value")
+        if why:
+            raise SpaceMismatch(f"the init of {self.name} does not give a point of its parameter "
+                                f"object {self.param!r}: {why}")
+        return p
 
     def picture(self):
         if self.node and self.param.size == 0:

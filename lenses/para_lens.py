@@ -34,11 +34,9 @@ from categories.linear import unwrap
 from categories.para import Parameterised, slot_uses
 
 from . import picture
-from .composable import Composable
-from .inputs import as_real, check_cotangent, check_finite_covector
+from .composable import Composable, refuse_operand
+from .inputs import as_real, check_cotangent, check_finite_covector, need_reparam
 from .sites import Site
-
-tree_map = jax.tree_util.tree_map
 
 
 # -- the one reverse-order loop ----------------------------------------------------------------
@@ -231,8 +229,8 @@ class ParaLens(Composable, Parameterised):
                                     f"codomain of {name} is {cod!r}")
             c = unwrap(b_cov)
             check_finite_covector(c, what)
-            if out is not None:  # a covector of integers (or of another float width) is one of
-                c = tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)  # the output's dtype
+            if out is not None:  # a covector of ints (or another float width): the output's dtype
+                c = jax.tree_util.tree_map(lambda v, o: jnp.asarray(v, o.dtype), c, out)
             da, dp = pull(c)
             return Covector(da, dom), Covector(dp, param)
 
@@ -241,14 +239,14 @@ class ParaLens(Composable, Parameterised):
     # -- composition -------------------------------------------------------------------------
     def __rshift__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, ">>", other)
         other = other.after(self.cod)
         check_composable(self, other)
         return Chain(self.parts + other.parts)
 
     def __matmul__(self, other):
         if not isinstance(other, Composable):
-            return NotImplemented
+            refuse_operand(self, "@", other)
         if not other.is_fixed():
             return NotImplemented  # the family puts itself beside this lens (`__rmatmul__`)
         return Parallel(self, other)
@@ -445,6 +443,7 @@ class Reparam(ParaLens):
     """
 
     def __init__(self, lens: ParaLens, r: Smooth, init=None, name=None):
+        need_reparam(r, init, lens.name, lens.param)
         if r.cod != lens.param:
             raise SpaceMismatch(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from categories import Product
+
 if TYPE_CHECKING:  # the lens that owns a site (its module builds on this one)
     from .para_lens import ParaLens
 
@@ -28,6 +30,27 @@ class Affine:
 
     bias: bool
     transposed: bool = False
+
+    def __post_init__(self):
+        from .inputs import flag  # (inputs builds on the lens protocol, which builds on this)
+        flag(self.bias, "Affine's bias")
+        flag(self.transposed, "Affine's transposed")
+
+    def mismatch(self, dom, cod, param) -> str | None:
+        """None if a layer dom → cod with parameter object `param` can be a ↦ W a (+ b) as
+        declared, else why not (a structured metric reads W and b by these shapes)."""
+        if any(isinstance(S, Product) or len(S.shape) != 1 for S in (dom, cod)):
+            return f"its domain and codomain must be R^n and R^m, got {dom!r} → {cod!r}"
+        (n,), (m,) = dom.shape, cod.shape
+        w = f"R^{{{n}×{m}}}" if self.transposed else f"R^{{{m}×{n}}}"
+        want = f"{w} × R^{m}" if self.bias else w
+        shapes = tuple(tuple(getattr(f, "shape", ())) for f in param.factors) \
+            if isinstance(param, Product) else (tuple(param.shape),)
+        wshape = (n, m) if self.transposed else (m, n)
+        if shapes != ((wshape, (m,)) if self.bias else (wshape,)):
+            return f"its parameter object must be {want} (W{' and b' if self.bias else ''}), " \
+                   f"got {param!r}"
+        return None
 
 
 @dataclass(frozen=True)
