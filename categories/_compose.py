@@ -35,6 +35,7 @@ def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
     one constructor check of a map given by a function (`Smooth`, `Linear`).
 
     Examples:
+        >>> from categories._compose import check_map_parts
         >>> check_map_parts("Smooth", R(2), R(2), lambda x: x)  # nothing raised
         >>> check_map_parts("Linear", 2, R(2), lambda v: v)
         Traceback (most recent call last):
