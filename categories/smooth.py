@@ -45,6 +45,11 @@ class Smooth:
         self._check = check
 
     @property
+    def checked(self) -> bool:
+        """Does a call check its point against the domain (`check=True`, the default)?"""
+        return self._check
+
+    @property
     def one_slot(self) -> bool:
         """Is the domain one parameter slot (rather than a product of slots)? A reparameterisation
         along this map counts the uses of each slot by it."""
@@ -120,7 +125,7 @@ def scale(c, f: Smooth) -> Smooth:
         >>> float(scale(3.0, Smooth(R(), R(), lambda x: x + 1, "succ"))(jnp.asarray(1.0)))
         6.0
     """
-    _need_smooth(f, "scale(c, f)")
+    need_smooth(f, "scale(c, f)")
     if isinstance(c, (bool, np.bool_)) or not (
             isinstance(c, (int, float, np.integer, np.floating))
             or (hasattr(c, "dtype") and np.ndim(c) == 0 and is_real_dtype(c.dtype))):
@@ -131,7 +136,7 @@ def scale(c, f: Smooth) -> Smooth:
     return Smooth(f.dom, f.cod, lambda x: tree_map(lambda a: c * a, fn(x)), f"{c}·{f.name}")
 
 
-def _need_smooth(f, who: str) -> None:
+def need_smooth(f, who: str) -> None:
     """Refuse (`KindError`) an argument f of `who` that is not a `Smooth` map."""
     if not isinstance(f, Smooth):
         raise KindError(f"{who} needs a Smooth map f, got {type(f).__name__} {f!r}: make one "
