@@ -251,7 +251,8 @@ class R(Space):
 
 @dataclass(frozen=True, repr=False)
 class OpenBox(Space):
-    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`).
+    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`), with finite
+    bounds: the unbounded open sets are `Positive` (the half-lines (0, ∞)) and `R`.
 
     Examples:
         >>> B = OpenBox(-1.0, 1.0, (2,))

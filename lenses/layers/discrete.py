@@ -92,7 +92,8 @@ class Tokens(Space):
 @dataclass(frozen=True, repr=False)
 class Keys(Space):
     """Raw PRNG key data (uint32 of shape KEY_SHAPE), a discrete input read only through the
-    random bits it determines: no map is differentiated in it (its covector is float0).
+    random bits it determines: no map is differentiated in it (its covector is float0). A
+    typed key (`jax.random.key(0)`) is not key data: `jax.random.key_data(key)` gives it.
 
     Examples:
         >>> Keys().shape == KEY_SHAPE, Keys().contains(jax.random.PRNGKey(0))
