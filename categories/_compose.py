@@ -7,7 +7,8 @@ one wording, naming both morphisms and both spaces.
 
 from __future__ import annotations
 
-from .errors import SpaceMismatch
+from .errors import KindError, SpaceMismatch
+from .spaces import Space
 
 
 def check_composable(f, g, why: str | None = None) -> None:
@@ -27,3 +28,33 @@ def check_composable(f, g, why: str | None = None) -> None:
     reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
     raise SpaceMismatch(f"cannot compose {f.name} : {f.dom!r} → {f.cod!r} with "
                     f"{g.name} : {g.dom!r} → {g.cod!r}: {reason}")
+
+
+def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
+    """Raise a `KindError` naming `kind` unless dom and cod are Spaces and fn is callable: the
+    one constructor check of a map given by a function (`Smooth`, `Linear`).
+
+    Examples:
+        >>> from categories._compose import check_map_parts
+        >>> check_map_parts("Smooth", R(2), R(2), lambda x: x)  # nothing raised
+        >>> check_map_parts("Linear", 2, R(2), lambda v: v)
+        Traceback (most recent call last):
+            ...
+        categories.errors.KindError: Linear(2, R^2, ...): domain and codomain must be Spaces...
+    """
+    if not isinstance(dom, Space) or not isinstance(cod, Space):
+        raise KindError(f"{kind}({dom!r}, {cod!r}, ...): domain and codomain must be Spaces "
+                        "(e.g. R(3))")
+    if not callable(fn):
+        raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of one "
+                        f"{'point' if kind == 'Smooth' else 'vector'}, got {type(fn).__name__} "
+                        f"{fn!r}: pass e.g. lambda x: ...")
+
+
+def check_landed(m, y) -> None:
+    """Raise a `SpaceMismatch` unless y, the value of the map m at a point, is shaped as a
+    point of m.cod (static: once per trace under jit)."""
+    why = m.cod.mismatch(y, "its value")
+    if why:
+        raise SpaceMismatch(f"{m.name} : {m.dom!r} → {m.cod!r} does not land in its codomain: "
+                            f"{why}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 
 from .linear import Linear, once
-from .smooth import Smooth
+from .smooth import Smooth, need_smooth
 
 
 def D(f: Smooth, x) -> Linear:
@@ -26,6 +26,9 @@ def D(f: Smooth, x) -> Linear:
         >>> float(unwrap(df(Vector(jnp.array([1.0, 0.0])))))
         3.0
     """
+    need_smooth(f, "D(f, x)")
+    if f.checked:  # x is a point of f's domain (shapes, and membership when concrete)
+        f.dom.check(x, f"the point x of D({f.name}, x)")
     fn = f.fn
     # Linearised at x once, when first applied (and its transpose likewise): a differential
     # is applied many times (`matrix` applies it to every basis vector), and a fresh

@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._compose import check_composable
+from ._compose import check_composable, check_landed, check_map_parts
 from .points import describe, is_concrete, shape_of
 from .spaces import Space
-from .errors import CovectorError, KindError, ShapeError, SpaceMismatch
+from .errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
 
@@ -208,6 +208,12 @@ class Linear:
     """
 
     def __init__(self, dom: Space, cod: Space, apply, transpose=None, on="vectors", name=None):
+        check_map_parts("Linear", dom, cod, apply, "apply")
+        if transpose is not None and not callable(transpose):
+            raise KindError(f"Linear: transpose must be a function (the dual map's apply) or "
+                            f"None, got {type(transpose).__name__} {transpose!r}")
+        if on not in ("vectors", "covectors"):
+            raise KindError(f"Linear: on must be \"vectors\" or \"covectors\", got {on!r}")
         self.dom, self.cod = dom.tangent, cod.tangent
         self.apply = apply
         self._transpose = transpose
@@ -225,7 +231,13 @@ class Linear:
                     f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
                     f"got a {type(v).__name__}"
                 )
-            return self.kind(self.apply(v.value), self.cod)
+            # shapes only (static: once per trace under jit), as a Smooth map checks its point
+            why = self.dom.mismatch(v.value, f"the argument of {self.name}")
+            if why:
+                raise DomainError(why)
+            w = self.apply(v.value)
+            check_landed(self, w)
+            return self.kind(w, self.cod)
         return self.apply(v)
 
     def dual(self) -> "Linear":

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import numpy as np
 
-from ._compose import check_composable
+from ._compose import check_composable, check_landed, check_map_parts
 from .spaces import DomainError, Product, R, Space, euclidean
 from .dimensions import dimension
+from .points import is_real_dtype
 from .errors import DimensionError, KindError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
@@ -37,14 +39,15 @@ class Smooth:
     section: Callable | None = None
 
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
-        if not isinstance(dom, Space) or not isinstance(cod, Space):
-            raise KindError(f"Smooth({dom!r}, {cod!r}, ...): domain and codomain must be Spaces")
-        if not callable(fn):
-            raise KindError(f"Smooth({dom!r}, {cod!r}, fn): fn must be a function of one point, "
-                            f"got {type(fn).__name__} {fn!r}: pass e.g. lambda x: ...")
+        check_map_parts("Smooth", dom, cod, fn)
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
         self._check = check
+
+    @property
+    def checked(self) -> bool:
+        """Does a call check its point against the domain (`check=True`, the default)?"""
+        return self._check
 
     @property
     def one_slot(self) -> bool:
@@ -75,10 +78,7 @@ class Smooth:
         """fn(x), if it has the structure and shapes of a point of the codomain, else
         `SpaceMismatch` (shapes are static: checked once per trace under jit)."""
         y = self.fn(x)
-        why = self.cod.mismatch(y, "its value")
-        if why:
-            raise SpaceMismatch(f"{self.name} : {self.dom!r} → {self.cod!r} does not land in its "
-                                f"codomain: {why}")
+        check_landed(self, y)
         return y
 
     def __mul__(self, other: "Smooth") -> "Smooth":
@@ -127,9 +127,22 @@ def scale(c, f: Smooth) -> Smooth:
         >>> float(scale(3.0, Smooth(R(), R(), lambda x: x + 1, "succ"))(jnp.asarray(1.0)))
         6.0
     """
+    need_smooth(f, "scale(c, f)")
+    if isinstance(c, (bool, np.bool_)) or not (
+            isinstance(c, (int, float, np.integer, np.floating))
+            or (hasattr(c, "dtype") and np.ndim(c) == 0 and is_real_dtype(c.dtype))):
+        raise KindError(f"scale(c, f): c must be a real number (the factor), got "
+                        f"{type(c).__name__} {c!r}")
     _need_euclidean(f.cod, "scalar multiplication")
     fn = f.fn
     return Smooth(f.dom, f.cod, lambda x: tree_map(lambda a: c * a, fn(x)), f"{c}·{f.name}")
+
+
+def need_smooth(f, who: str) -> None:
+    """Refuse (`KindError`) an argument f of `who` that is not a `Smooth` map."""
+    if not isinstance(f, Smooth):
+        raise KindError(f"{who} needs a Smooth map f, got {type(f).__name__} {f!r}: make one "
+                        "with Smooth(dom, cod, fn)")
 
 
 def _spaces(who: str, *spaces) -> None:

@@ -251,7 +251,8 @@ class R(Space):
 
 @dataclass(frozen=True, repr=False)
 class OpenBox(Space):
-    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`).
+    """The open box ∏ (low_i, high_i) ⊆ R^shape (bounds broadcast to `shape`), with finite
+    bounds: the unbounded open sets are `Positive` (the half-lines (0, ∞)) and `R`.
 
     Examples:
         >>> B = OpenBox(-1.0, 1.0, (2,))
@@ -281,6 +282,12 @@ class OpenBox(Space):
                                  f"not broadcast to the shape {shape}") from None
         if not np.all(low < high):  # NaN bounds fail too
             raise DomainError(f"OpenBox needs low < high everywhere, got {low} and {high}")
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            # an infinite bound has no interior point to sample (inf − inf is NaN), so a layer
+            # initialised on it would start outside its own parameter space
+            raise DomainError(f"OpenBox needs finite bounds, got {low} and {high}: use "
+                              "Positive(*shape) for the half-line (0, ∞), R(*shape) for the "
+                              "whole line, or finite bounds")
         object.__setattr__(self, "low", _freeze(low))
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)

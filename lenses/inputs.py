@@ -121,6 +121,8 @@ def _check_batch_values(S: Space, x, who: str, where: str) -> None:
             i = tuple(int(k) for k in np.argwhere(~inside)[0])
             raise DomainError(f"{who}: example {i[0]} of the batch{where} is not a point of "
                               f"{S!r}: coordinate {i[1:]} is {np.asarray(x)[i]}")
+    if S.discrete:  # one row says what every row's dtype is (raw keys must be uint32)
+        S.check(x[0], f"{who}: example 0 of the batch{where}")
 
 
 def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
@@ -149,7 +151,9 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
                              f"for the domain {S!r}, got {describe(x)}")
         shape = tuple(shape)
         if real_dtype_mismatch(x):  # the one test of real entries (`Space.mismatch` asks it too)
-            raise ShapeError(f"{who}: the batch{where} must hold real numbers, got dtype {dtype}")
+            typed = jnp.issubdtype(dtype, jax.dtypes.prng_key)  # typed keys: their data is
+            raise ShapeError(f"{who}: the batch{where} must hold real numbers, got dtype {dtype}"
+                             + (": pass jax.random.key_data(keys)" if typed else ""))
         if len(shape) != 1 + len(S.shape) or shape[1:] != tuple(S.shape):
             raise ShapeError(f"{who}: the batch{where} must have shape {want} for the domain "
                              f"{S!r} (one row per example), got shape {shape}")

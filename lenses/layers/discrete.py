@@ -30,13 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import Product, R, Space, draws
+from categories.points import is_concrete
 from categories.dimensions import dimension
 
 from ..families import LensFamily, family
 from .basic import layer_sizes
 from ..inputs import need_lens
 from ..layer import Layer
-from categories.errors import HyperparameterError, SpaceMismatch
+from categories.errors import DomainError, HyperparameterError, SpaceMismatch
 
 KEY_SHAPE = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
 """The shape of the raw data of a PRNG key (`Keys()` is the space of such keys)."""
@@ -68,6 +69,19 @@ class Tokens(Space):
         nearest = jnp.clip(jnp.round(x), 0, self.vocab - 1)
         return 0.5 - jnp.abs(x - nearest)
 
+    def check(self, x, what: str = "point"):
+        # said in tokens, not as an open-set margin: which position holds no token id, and why
+        if self.mismatch(x, what) is None and is_concrete(x):
+            v = np.asarray(x, dtype=float)
+            # NaN and infinities are left to the finite check below, which names them
+            bad = np.isfinite(v) & ~(np.abs(v - np.clip(np.round(v), 0, self.vocab - 1)) < 0.5)
+            if bad.any():
+                t = int(np.argmax(bad))
+                raise DomainError(
+                    f"{what} is not a point of {self!r}: token ids must be integers in "
+                    f"[0, {self.vocab}) (or within 1/2 of one), got {v[t]:g} at position {t}")
+        return super().check(x, what)
+
     def sample_interior(self, key):
         return jax.random.randint(key, self.shape, 0, self.vocab).astype(jnp.result_type(float))
 
@@ -78,7 +92,8 @@ class Tokens(Space):
 @dataclass(frozen=True, repr=False)
 class Keys(Space):
     """Raw PRNG key data (uint32 of shape KEY_SHAPE), a discrete input read only through the
-    random bits it determines: no map is differentiated in it (its covector is float0).
+    random bits it determines: no map is differentiated in it (its covector is float0). A
+    typed key (`jax.random.key(0)`) is not key data: `jax.random.key_data(key)` gives it.
 
     Examples:
         >>> Keys().shape == KEY_SHAPE, Keys().contains(jax.random.PRNGKey(0))
@@ -90,6 +105,24 @@ class Keys(Space):
 
     def __init__(self):
         object.__setattr__(self, "shape", KEY_SHAPE)
+
+    def mismatch(self, x, where: str = "the point", lead: tuple = ()) -> str | None:
+        why = super().mismatch(x, where, lead)
+        if why and jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key):
+            return why + ": a typed key is not key data, pass jax.random.key_data(key)"
+        return why
+
+    def check(self, x, what: str = "point"):
+        # raw uint32 data only: a float or signed array has the shape of key data but is not
+        # one (dropout reads the bits as uint32). Checked here, not in `mismatch`, since shape
+        # inference stands for every point, keys too, by a float array
+        x = super().check(x, what)
+        if getattr(x, "dtype", None) != np.uint32:
+            raise DomainError(self.not_a_point(
+                what, (), f"expected raw key data (uint32), got dtype "
+                          f"{getattr(x, 'dtype', type(x).__name__)}: pass "
+                          "jax.random.PRNGKey(seed), or jax.random.key_data(key) for a typed key"))
+        return x
 
     def sample_interior(self, key):
         k = jax.random.split(key)[0]

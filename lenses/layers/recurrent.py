@@ -112,6 +112,7 @@ def lstm_cell(n_in: int, n_hidden: int) -> Layer:
         >>> cell.dom, cell.cod, cell.param
         (R^3 × R^{2×4}, R^{2×4}, R^{16×3} × R^{16×4} × R^16)
     """
+    n_in, n_hidden = layer_sizes("lstm_cell", n_in=n_in, n_hidden=n_hidden)
     m = n_hidden
 
     def fwd(xs, p):
