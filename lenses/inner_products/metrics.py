@@ -322,12 +322,13 @@ class Constant(Metric):
         if slot is not None:
             slot = _slot(slot, space)
         if space is not None:  # both sizes known now: refused here, not at the first step
-            on = space if slot is None else space.factors[slot]  # type: ignore[attr-defined]
+            # a slot is one of a Product's factors (`_slot` has checked that it is one)
+            on = space if slot is None else space.factors[slot]  # type: ignore[attr-defined]  # see above
             where = f"{space!r}" if slot is None else f"slot {slot} of {space!r} ({on!r})"
             if G.shape[0] != on.size:
                 raise MetricError(f"Constant metric on {where}: G is {G.shape[0]}×{G.shape[0]} "
-                                  f"but {'the space' if slot is None else 'the slot'} has {on.size} coordinates: give a "
-                                  f"{on.size}×{on.size} matrix")
+                                  f"but {'the space' if slot is None else 'the slot'} has "
+                                  f"{on.size} coordinates: give a {on.size}×{on.size} matrix")
         L = jnp.linalg.cholesky(G)
         assign(self, G=G, L=L, space=space, slot=slot)
         if not isinstance(L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(L))):
