@@ -328,6 +328,8 @@ def test_gauss_newton_takes_counts(cg_iters, dense_max):
 
 
 def _number(x, least):
+    if isinstance(x, (np.ndarray, jax.Array)) and x.ndim == 0:
+        x = x.item()
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
         and bool(np.isfinite(x)) and x >= least
 
@@ -338,6 +340,7 @@ def _number(x, least):
 @example("0.1", 1e-10)       # a string damping: a raw TypeError from `<` before
 @example(float("nan"), 1e-10)  # a NaN damping: accepted before, every step NaN
 @example(0.1, "tight")       # a string tolerance: accepted before
+@example(jnp.asarray(0.1), np.asarray(1e-10))  # 0-d arrays: numbers, as float() always took them
 def test_the_data_metrics_take_finite_numbers(damping, cg_tol):
     for kind in (GaussNewton, Fisher, KFAC):
         args = dict(damping=damping) if kind is KFAC else dict(damping=damping, cg_tol=cg_tol)

@@ -175,8 +175,11 @@ def at_least(x, name: str, least: int) -> int:
 
 
 def finite_number(x, name: str, least: float | None = None) -> float:
-    """x as a float if it is a finite real number (numpy's scalars too; a bool is not one),
-    ≥ `least` if given, else `HyperparameterError`."""
+    """x as a float if it is a finite real number (numpy's scalars and 0-d arrays too; a bool
+    is not one), ≥ `least` if given, else `HyperparameterError`."""
+    if isinstance(x, (np.ndarray, jax.Array)) and x.ndim == 0 \
+            and not isinstance(x, jax.core.Tracer):
+        x = x.item()  # a 0-d array, as jnp.asarray(0.1) or a sweep's np.float32 array gives it
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
             or not np.isfinite(x) or (least is not None and x < least):
         bound = "" if least is None else f" ≥ {least:g}"
