@@ -8,11 +8,8 @@ Examples:
 
 from __future__ import annotations
 
-import operator
-
-import numpy as np
-
 from .errors import DimensionError
+from .numbers import integer
 
 
 #: the largest dimension of a space or layer size: an array axis beyond it (2^31 − 1, the
@@ -25,17 +22,7 @@ MAX_SIZE = 2**40
 def dimension(n, what: str, least: int = 0) -> int:
     """n as a Python int if it is an integer in [`least`, MAX_DIMENSION] (numpy integers
     welcome; bools, floats, strings refused), else `DimensionError` naming `what` and the value."""
-    if isinstance(n, (bool, np.bool_)):
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
-    try:
-        k = operator.index(n)
-    except TypeError:
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}") from None
-    if k < least:
-        raise DimensionError(f"{what} must be an integer ≥ {least}, got {n!r}")
-    if k > MAX_DIMENSION:
-        raise DimensionError(f"{what} must be an integer ≤ {MAX_DIMENSION} (2^31 − 1), got {n!r}")
-    return int(k)
+    return integer(n, what, least, MAX_DIMENSION, DimensionError)
 
 
 def dimensions(shape, who: str, least: int = 0) -> tuple:

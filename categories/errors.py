@@ -180,7 +180,7 @@ class HyperparameterError(ParalensError, ValueError):
         >>> adam(-1e-3)
         Traceback (most recent call last):
             ...
-        categories.errors.HyperparameterError: the learning rate lr must be finite and > 0, g...
+        categories.errors.HyperparameterError: the learning rate lr must be a finite number > 0 (or a schedule), got -0.001
     """
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from . import draws
 from .errors import DimensionError, DomainError, KindError
 from .dimensions import MAX_SIZE, dimensions
+from .numbers import real_number
 from .points import check_finite, describe, is_concrete, real_dtype_mismatch, shape_of
 
 
@@ -344,16 +345,9 @@ class OpenBall(Space):
             raise DomainError(f"OpenBall needs a finite center, got {center}")
         if 0 in center.shape:
             raise DimensionError(f"OpenBall needs a center with no zero dimension, got shape {center.shape}")
-        if isinstance(radius, (bool, np.bool_, str, bytes)) or not np.ndim(radius) == 0:
-            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}")
-        try:
-            r = float(radius)
-        except (TypeError, ValueError):
-            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}") from None
-        if not (r > 0 and math.isfinite(r)):
-            raise DomainError(f"OpenBall needs a positive finite radius, got {radius!r}")
+        radius = real_number(radius, "OpenBall: radius", above=0, error=DomainError)
         object.__setattr__(self, "center", _freeze(center))
-        object.__setattr__(self, "radius", float(radius))
+        object.__setattr__(self, "radius", radius)
         object.__setattr__(self, "shape", tuple(center.shape))
 
     def center_array(self) -> np.ndarray:

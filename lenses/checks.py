@@ -21,10 +21,10 @@ import numpy as np
 from categories import Product, Smooth, Space, diagonal, pair, projection, smooth_identity
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
+from categories.numbers import real_number
 
 from .inputs import need_lens
 from .layer import derived
-from .layers.basic import positive_number
 from .para_lens import ParaLens
 
 
@@ -74,7 +74,7 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
     """
     need_lens(lens, "check_backward")
     lens = lens.fixed("check_backward")
-    eps = positive_number("check_backward", "eps (the finite-difference step)", eps)
+    eps = real_number(eps, "check_backward: eps (the finite-difference step)", above=0)
     b_cov = unwrap(b_cov)
     da, dp = lens.backward(a, p, b_cov)
     ref_a, ref_p = derived(lens).backward(a, p, b_cov)

@@ -114,7 +114,7 @@ CASES = [
      r"batch_size must be an integer ≥ 1, got 0"),
     (HyperparameterError, lambda: fit(MODEL, half_squared_error, gd(0.1), P, (X, Y), epochs=-3),
      r"epochs must be an integer ≥ 0, got -3"),
-    (HyperparameterError, lambda: adam(-1.0), r"the learning rate lr must be finite and > 0, got -1.0"),
+    (HyperparameterError, lambda: adam(-1.0), r"the learning rate lr must be a finite number > 0 \(or a schedule\), got -1.0"),
     (KindError, lambda: train_step(MODEL, half_squared_error(jnp.ones(2)), gd(0.1)),
      r"a loss family is needed, got the loss .* pass the family"),
     (KindError, lambda: train_step(MODEL, half_squared_error, gd(0.1))(P, X, Y),
@@ -204,6 +204,8 @@ class _Resolver:
                        if isinstance(r, ast.Return) and r.value is not None]
             fn = self.functions[name]
             return bool(returns) and all(self.ok(r, fn, seen + (name,)) for r in returns)
+        if self._defaults(scope).get(name) in CLASSES:  # `error=`: see `_error_arguments`
+            return True
         if isinstance(expr, ast.Name):
             bound = []
             for n in ast.walk(scope):
@@ -214,6 +216,29 @@ class _Resolver:
                     bound.append(n.type is not None and _name(n.type) in CLASSES)
             return bool(bound) and all(bound)
         return False
+
+
+    @staticmethod
+    def _defaults(fn):
+        """The names of `fn`'s parameters whose default is a class, mapped to the class's name."""
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return {}
+        a = fn.args
+        pairs = list(zip((a.posonlyargs + a.args)[::-1], a.defaults[::-1]))
+        pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+        return {k.arg: _name(d) for k, d in pairs}
+
+
+def _error_arguments(tree):
+    """Every `error=` a call passes: the class a checker such as `real_number` raises."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            for k in n.keywords:
+                if k.arg == "error":
+                    yield n.lineno, _name(k.value)
+    for n in ast.walk(tree):  # and `error` passed by position to `integer(n, what, l, m, E)`
+        if isinstance(n, ast.Call) and _name(n) == "integer" and len(n.args) == 5:
+            yield n.lineno, _name(n.args[4])
 
 
 def _functions(tree):
@@ -245,6 +270,10 @@ def test_every_raise_in_the_libraries_is_a_catalogue_class():
     assert "lenses/para_lens.py" in found and len(found) > 30  # the walk reaches the modules
     bad = [b for path, bs in found.items() if path not in PENDING for b in bs]
     assert not bad, "raises outside the catalogue:\n" + "\n".join(bad)
+    # a parameter whose default is a catalogue class is trusted above: what callers pass
+    # for it must be one too
+    passed = [(p, line, c) for p in _modules() for line, c in _error_arguments(ast.parse(p.read_text()))]
+    assert len(passed) >= 2 and all(c in CLASSES for _, _, c in passed), passed
 
 
 def test_the_walk_finds_a_bad_raise_and_accepts_the_catalogue(tmp_path):
@@ -254,12 +283,14 @@ def test_the_walk_finds_a_bad_raise_and_accepts_the_catalogue(tmp_path):
                    "def f(x):\n    if x:\n        raise ValueError('no')\n"
                    "    try:\n        pass\n    except KindError as e:\n        raise e\n"
                    "    raise err()\n"
-                   "def g():\n    e = TypeError('x')\n    raise e\n")
+                   "def g():\n    e = TypeError('x')\n    raise e\n"
+                   "def h(error=KindError):\n    raise error('x')\n"
+                   "def i(error=ValueError):\n    raise error('x')\n")
     tree = ast.parse(src.read_text())
     resolve = _Resolver(tree)
     verdicts = [resolve.ok(n.exc, resolve.scope(n)) for n in ast.walk(tree)
                 if isinstance(n, ast.Raise)]
-    assert sorted(verdicts) == [False, False, True, True]
+    assert sorted(verdicts) == [False, False, False, True, True, True]
 
 
 # == the messages name the user's own things =========================================

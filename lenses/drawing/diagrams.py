@@ -16,15 +16,14 @@ parameter wire from above labelled with its parameter object (none for R^0, whos
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
 from dataclasses import dataclass, field, replace
 
 from categories import Product
+from categories.numbers import real_number
 
 from .. import picture
-from categories.errors import HyperparameterError, KindError, UnsupportedError
+from categories.errors import KindError, UnsupportedError
 
 # -- expressions ------------------------------------------------------------------------------
 
@@ -443,10 +442,7 @@ def _check_drawing(lens, fontsize, who: str, ax=None) -> None:
     picture.need_drawable(lens, who)
     if ax is not None and not isinstance(ax, Axes):
         raise KindError(f"{who}: ax must be matplotlib Axes (or None: a new figure), got {ax!r}")
-    if isinstance(fontsize, bool) or not isinstance(fontsize, numbers.Real) \
-            or not (math.isfinite(fontsize) and float(fontsize) > 0):
-        raise HyperparameterError(f"{who}: fontsize must be a finite number of points > 0 "
-                                  f"(e.g. 9.0), got {fontsize!r}")
+    real_number(fontsize, f"{who}: fontsize", above=0, hint=" (points, e.g. 9.0)")
 
 
 def _figsize(lay: Layout, fontsize: float) -> tuple:

@@ -14,6 +14,7 @@ from jax import lax
 
 from categories import Vector
 from categories.errors import HyperparameterError, KindError, SpaceMismatch
+from categories.numbers import integer, real_number
 
 from ..inputs import need_lens
 from ..losses import loss_family
@@ -22,7 +23,7 @@ from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
 from .kfac_model import adapted, rescaled
 from .metrics import covector_value, ravel
-from .natural import DataMetric, at_least, data_scale, finite_number, loss_hvp, output_fisher, output_matrix, space_of
+from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -53,17 +54,9 @@ class KFACState(NamedTuple):
     last: Any
 
 
-def _finite_float(x, name):
-    return finite_number(x, f"KFAC: {name}")
-
-
 def _choice(x, options, name):
     if x not in options:
         raise HyperparameterError(f"KFAC: {name} must be one of {options}, got {x!r}")
-
-
-def _period(x, name):
-    return at_least(x, f"KFAC: {name}", 1)
 
 
 def _function(f, name, form):
@@ -202,19 +195,17 @@ class KFAC(DataMetric):
                  omega: float | None = None, min_damping: float = 1e-8,
                  max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
                  model=None, tikhonov: str = "exact", rescale: bool = False):
-        damping, decay = _finite_float(damping, "damping"), _finite_float(decay, "decay")
+        damping = real_number(damping, "KFAC: damping", least=0)
+        decay = real_number(decay, "KFAC: decay", least=0, below=1)
         _choice(curvature, CURVATURES, "curvature")
         _choice(fallback, ("raise", "euclidean"), "fallback")
         _choice(tikhonov, ("exact", "factored"), "tikhonov")
-        if damping < 0:
-            raise HyperparameterError(f"KFAC: damping must be ≥ 0, got {damping}")
-        if not 0 <= decay < 1:
-            raise HyperparameterError(f"KFAC: decay must be in [0, 1), got {decay!r}")
-        damping_period = _period(damping_period, "damping_period")
-        omega = (19 / 20) ** damping_period if omega is None else _finite_float(omega, "omega")
+        damping_period = integer(damping_period, "KFAC: damping_period", 1)
+        omega = (19 / 20) ** damping_period if omega is None else real_number(omega, "KFAC: omega")
         if not 0 < omega <= 1:
             raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
-        low, high = _finite_float(min_damping, "min_damping"), _finite_float(max_damping, "max_damping")
+        low = real_number(min_damping, "KFAC: min_damping")
+        high = real_number(max_damping, "KFAC: max_damping")
         if not 0 <= low <= high:
             raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got "
                                       f"{min_damping!r}, {max_damping!r}")
@@ -226,11 +217,11 @@ class KFAC(DataMetric):
         sampler = _function(sampler, "sampler", "(key, z) ↦ target")
         assign(self, damping=damping, curvature=curvature, fallback=fallback,
                output_fisher=output_fisher, decay=decay,
-               factor_period=_period(factor_period, "factor_period"),
-               inverse_period=_period(inverse_period, "inverse_period"),
-               damping_period=damping_period, samples=_period(samples, "samples"),
+               factor_period=integer(factor_period, "KFAC: factor_period", 1),
+               inverse_period=integer(inverse_period, "KFAC: inverse_period", 1),
+               damping_period=damping_period, samples=integer(samples, "KFAC: samples", 1),
                adapt_damping=bool(adapt_damping), omega=omega, min_damping=low,
-               max_damping=high, sampler=sampler, seed=at_least(seed, "KFAC: seed", 0), model=model,
+               max_damping=high, sampler=sampler, seed=integer(seed, "KFAC: seed"), model=model,
                tikhonov=tikhonov, rescale=bool(rescale))
         options = [name for name, on in (
             ("decay", decay > 0), ("factor_period", self.factor_period > 1),

@@ -39,6 +39,7 @@ import numpy as np
 
 from categories import Covector, Vector
 from categories.linear import unwrap
+from categories.numbers import integer, real_number
 
 from categories.errors import HyperparameterError, KindError, MetricError
 
@@ -166,27 +167,6 @@ class DataMetric(Metric):
 
 # -- Gauss–Newton and Fisher ---------------------------------------------------------------------
 
-def at_least(x, name: str, least: int) -> int:
-    """x as an int if it is an integer ≥ `least` (numpy's too; a bool is not one), else
-    `HyperparameterError`."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < least:
-        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
-    return int(x)
-
-
-def finite_number(x, name: str, least: float | None = None) -> float:
-    """x as a float if it is a finite real number (numpy's scalars and 0-d arrays too; a bool
-    is not one), ≥ `least` if given, else `HyperparameterError`."""
-    if isinstance(x, (np.ndarray, jax.Array)) and x.ndim == 0 \
-            and not isinstance(x, jax.core.Tracer):
-        x = x.item()  # a 0-d array, as jnp.asarray(0.1) or a sweep's np.float32 array gives it
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(x) or (least is not None and x < least):
-        bound = "" if least is None else f" ≥ {least:g}"
-        raise HyperparameterError(f"{name} must be a finite number{bound}, got {x!r}")
-    return float(x)
-
-
 class GaussNewton(DataMetric):
     """g_p(u, v) = uᵀ (s Σ_i J_iᵀ H_i J_i + λ I) v: the Gauss–Newton matrix of the loss.
 
@@ -208,14 +188,15 @@ class GaussNewton(DataMetric):
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
         name = type(self).__name__
-        damping = finite_number(damping, f"{name}: damping", 0)
-        cg_tol = finite_number(cg_tol, f"{name}: cg_tol (the conjugate gradients' tolerance)", 0)
+        damping = real_number(damping, f"{name}: damping", least=0)
+        cg_tol = real_number(cg_tol, f"{name}: cg_tol (the conjugate gradients' tolerance)",
+                             least=0)
         if solver not in ("auto", "dense", "cg"):
             raise HyperparameterError(f"{name}: solver must be 'auto', 'dense' or 'cg', got {solver!r}")
         # no CG iteration leaves the covector unsolved: the step would be 0, silently
-        cg_iters = at_least(cg_iters, f"{name}: cg_iters", 1)
-        dense_max = at_least(dense_max, f"{name}: dense_max (the largest dimension solved "
-                             "densely)", 0)
+        cg_iters = integer(cg_iters, f"{name}: cg_iters", 1)
+        dense_max = integer(dense_max, f"{name}: dense_max (the largest dimension solved "
+                            "densely)", 0)
         assign(self, damping=damping, solver=solver, cg_iters=cg_iters, cg_tol=cg_tol,
                dense_max=dense_max)
 

@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from categories import R, Space, draws
-from categories.errors import DimensionError, HyperparameterError, SpaceMismatch
+from categories.errors import DimensionError, SpaceMismatch
 from categories.dimensions import dimension
 
 from ..families import LensFamily, family
@@ -36,16 +36,6 @@ def layer_sizes(layer: str, **sizes) -> list:
     """The sizes as Python ints if each is a positive integer (numpy's welcome), else a
     `DimensionError` naming the layer, the argument and the value."""
     return [dimension(v, f"{layer}: {k}", least=1) for k, v in sizes.items()]
-
-
-def positive_number(layer: str, what: str, x) -> float:
-    """x as a float if it is a positive finite real number, else `HyperparameterError`
-    naming the layer, the argument and the value."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise HyperparameterError(f"{layer}: {what} must be a positive number, got {x!r}")
-    if not (math.isfinite(float(x)) and float(x) > 0):
-        raise HyperparameterError(f"{layer}: {what} must be a positive finite number, got {x!r}")
-    return float(x)
 
 
 def _tuple_of(layer: str, what: str, k, least: int) -> tuple:

@@ -28,10 +28,11 @@ from categories import R, Space, draws
 
 from ..families import LensFamily, family
 from ..losses import LossFamily
-from .basic import gelu, identity, layer_sizes, lecun_normal, positive_number, residual
+from .basic import gelu, identity, layer_sizes, lecun_normal, residual
 from ..inputs import flag
 from ..layer import Layer
 from ..structure import copy
+from categories.numbers import real_number
 from categories.errors import DimensionError, KindError, SpaceMismatch, TargetError, TargetTypeError
 
 
@@ -84,7 +85,7 @@ def layer_norm(d: int, eps: float = 1e-5) -> LensFamily:
         (0.0, 1.0)
     """
     (d,) = layer_sizes("layer_norm", d=d)
-    eps = positive_number("layer_norm", "eps", eps)
+    eps = real_number(eps, "layer_norm: eps", above=0)
     name = f"layer_norm({d})"
 
     def fwd(x, gb):
@@ -110,8 +111,8 @@ def position_embedding(scale: float = 0.02) -> LensFamily:
         >>> pe.param, np.allclose(pe(jnp.zeros((5, 4)), jnp.ones((5, 4))), 1.0)
         (R^{5×4}, True)
     """
-    scale = positive_number("position_embedding", "scale (the standard deviation of E at "
-                            "initialisation)", scale)
+    scale = real_number(scale, "position_embedding: scale (the standard deviation of E at "
+                        "initialisation)", above=0)
 
     def make(A: Space) -> Layer:
         _sequence(A, "position_embedding")

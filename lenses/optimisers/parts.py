@@ -26,7 +26,6 @@ under another name, so `scale_by_adam` and `scale_by_momentum` are written here.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
@@ -36,6 +35,7 @@ import optax
 from categories import Covector, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError, UnsupportedError
 from categories.linear import unwrap
+from categories.numbers import real_number
 
 from ..inner_products.metrics import Borrowed, Euclidean, Metric
 from ..values import Identity, Value, assign, static, structure_key
@@ -194,49 +194,28 @@ def as_part(x) -> Part:
 
 # -- hyperparameters -------------------------------------------------------------------------
 
-def _as_float(x, name: str, what: str) -> float | None:
-    """float(x), or None for a traced value (nothing to check); refuse what is not a number."""
-    if isinstance(x, jax.core.Tracer):
-        return None
-    if isinstance(x, (bool, str, bytes)):
-        raise HyperparameterError(f"{name} must be {what}, got {x!r}")
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        raise HyperparameterError(f"{name} must be {what}, got {x!r}") from None
-
-
 def check_learning_rate(lr, name: str = "lr"):
     """A learning rate is finite and > 0 (a schedule, a callable count ↦ rate, is not checked)."""
-    if callable(lr):
-        return lr
-    x = _as_float(lr, name, "a finite number > 0 (or a schedule)")
-    if x is not None and not (math.isfinite(x) and x > 0):
-        raise HyperparameterError(f"the learning rate {name} must be finite and > 0, got {lr!r}")
+    if not callable(lr):
+        real_number(lr, f"the learning rate {name}", above=0, traced=True, hint=" (or a schedule)")
     return lr
 
 
 def check_decay(beta, name: str):
     """A decay rate (momentum β, Adam's b1, b2) lies in [0, 1)."""
-    x = _as_float(beta, name, "a number in [0, 1)")
-    if x is not None and not 0 <= x < 1:
-        raise HyperparameterError(f"{name} must be in [0, 1), got {beta!r}")
+    real_number(beta, name, least=0, below=1, traced=True)
     return beta
 
 
 def check_positive(eps, name: str):
     """A finite number > 0 (eps)."""
-    x = _as_float(eps, name, "a finite number > 0")
-    if x is not None and not (math.isfinite(x) and x > 0):
-        raise HyperparameterError(f"{name} must be finite and > 0, got {eps!r}")
+    real_number(eps, name, above=0, traced=True)
     return eps
 
 
 def check_non_negative(a, name: str):
     """A finite number ≥ 0 (Adagrad's initial accumulator value)."""
-    x = _as_float(a, name, "a finite number ≥ 0")
-    if x is not None and not (math.isfinite(x) and x >= 0):
-        raise HyperparameterError(f"{name} must be finite and ≥ 0, got {a!r}")
+    real_number(a, name, least=0, traced=True)
     return a
 
 

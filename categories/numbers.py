@@ -1,0 +1,76 @@
+"""Numbers an argument is: an integer (a count, a period, a dimension) or one finite real
+number (a rate, a damping, a radius, an eps), checked once for every entry point.
+
+Examples:
+    >>> from categories.numbers import integer, real_number
+    >>> integer(3, "cg_iters", least=1), real_number(0.5, "beta", least=0, below=1)
+    (3, 0.5)
+    >>> real_number(0.0, "eps", above=0)
+    Traceback (most recent call last):
+    ...
+    categories.errors.HyperparameterError: eps must be a finite number > 0, got 0.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import jax
+import numpy as np
+
+from .errors import HyperparameterError
+
+
+def integer(n, what: str, least: int = 0, most: int | None = None,
+            error: type = HyperparameterError) -> int:
+    """n as a Python int if it is an integer in [least, most] (numpy's too; a bool, a float,
+    a string is not one), else `error` naming `what` and the value."""
+    if isinstance(n, (bool, np.bool_)):
+        raise error(f"{what} must be an integer ≥ {least}, got {n!r}")
+    try:
+        k = operator.index(n)
+    except TypeError:
+        raise error(f"{what} must be an integer ≥ {least}, got {n!r}") from None
+    if k < least:
+        raise error(f"{what} must be an integer ≥ {least}, got {n!r}")
+    if most is not None and k > most:
+        raise error(f"{what} must be an integer ≤ {most}, got {n!r}")
+    return int(k)
+
+
+def _range(least, above, below) -> str:
+    lower = f" ≥ {least:g}" if least is not None else f" > {above:g}" if above is not None else ""
+    if below is None:
+        return lower
+    opening = f"[{least:g}" if least is not None else f"({above:g}" if above is not None else "(−∞"
+    return f" in {opening}, {below:g})"
+
+
+def real_number(x, what: str, *, least: float | None = None, above: float | None = None,
+                below: float | None = None, traced: bool = False, hint: str = "",
+                error: type = HyperparameterError):
+    """x as a float if it is one finite real number (Python's, numpy's or a 0-d array; a
+    bool, a string, a longer array is not one) with least ≤ x, above < x and x < below where
+    given, else `error` naming `what`, the range, `hint` and the value.
+
+    With `traced`, a traced value (an optimiser's number built under `jax.jit`) is returned
+    as it is: nothing about it is known before it runs."""
+    if traced and isinstance(x, jax.core.Tracer):
+        return x
+    expected = f"{what} must be a finite number{_range(least, above, below)}{hint}, got {x!r}"
+    value = x
+    if isinstance(x, (np.ndarray, jax.Array)) and x.ndim == 0 \
+            and not isinstance(x, jax.core.Tracer):
+        value = x.item()  # a 0-d array, as jnp.asarray(0.1) or a sweep's np.float32 gives it
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise error(expected)
+    value = float(value)
+    if not math.isfinite(value) or (least is not None and value < least) \
+            or (above is not None and value <= above) or (below is not None and value >= below):
+        raise error(expected)
+    return value
+
+
+__all__ = ["integer", "real_number"]
