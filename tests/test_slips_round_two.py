@@ -24,8 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lenses import (CheckpointError, CheckpointMismatch, dense, gd, load, save, train_step,
-                    half_squared_error)
+from categories import R
+from lenses import (CheckpointError, CheckpointMismatch, SequenceCrossEntropy, TargetError,
+                    accuracy, dense, gd, load, positionwise_dense, save, softmax_cross_entropy,
+                    train_step)
+from lenses.training.faults import Fault
 from lenses.training.state import TrainState
 
 # -- saved files: the checksum covers the dtype tag of every array --------------------------------
@@ -88,3 +91,82 @@ def test_a_leaf_relabelled_with_another_dtype_is_refused_by_the_checksum(tmp_pat
         load(bad, MODEL, gd(0.1))
     # damaged, not a file for another model: the relabelled dtype is caught by the checksum
     assert not isinstance(e.value, CheckpointMismatch)
+
+
+# -- class labels at the boundary: classes − 1 accepted, classes refused --------------------------
+
+K = 3
+CLASSIFIER = dense(2, K)
+PC = (jnp.asarray([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]), jnp.asarray([0.0, 0.5, -0.5]))
+XC = np.asarray([[2.0, 0.0], [0.0, 3.0]])
+
+
+def _labels(*ys):
+    return np.asarray(ys, np.int32)
+
+
+@pytest.mark.parametrize("family", [softmax_cross_entropy(classes=K),
+                                    SequenceCrossEntropy(classes=K)], ids=["ce", "sequence-ce"])
+def test_the_family_accepts_the_last_class_and_refuses_one_past_it(family):
+    seq = isinstance(family, SequenceCrossEntropy)
+    shape = (lambda Y: Y[:, None]) if seq else (lambda Y: Y)
+    for good in (_labels(0, K - 1), _labels(K - 1, 0)):
+        family.check_targets(shape(good))
+    for bad in (_labels(0, K), _labels(K, 0), _labels(-1, 0), _labels(0, K + 5)):
+        with pytest.raises(TargetError):
+            family.check_targets(shape(bad))
+    # one target alone (unbatched): family(y) is the loss at y
+    one = (lambda y: np.asarray([y], np.int32)) if seq else np.int32
+    family(one(K - 1))
+    for y in (K, -1):
+        with pytest.raises(TargetError):
+            family(one(y))
+
+
+def test_the_loss_of_the_last_class_is_its_log_probability_and_of_one_past_it_nan():
+    """`value` is a public entry (a user's family may wrap it, unchecked): label k − 1 is
+    −log softmax(z)_{k−1} (numpy), label k NaN, never a class clamped into range."""
+    z = np.asarray([0.5, -1.0, 2.0])
+    logp = z - np.log(np.sum(np.exp(z)))
+    family = softmax_cross_entropy(classes=K)
+    assert float(family.value(jnp.asarray(z), jnp.asarray(K - 1))) == pytest.approx(-logp[K - 1])
+    assert float(family.value(jnp.asarray(z), jnp.asarray(0))) == pytest.approx(-logp[0])
+    assert np.isnan(float(family.value(jnp.asarray(z), jnp.asarray(K))))
+    assert np.isnan(float(family.value(jnp.asarray(z), jnp.asarray(-1))))
+
+
+def test_accuracy_accepts_the_last_class_and_refuses_one_past_it():
+    # outputs W x + b: example 0 scores (2, 0.5, -2.5), example 1 (0, 3.5, -3.5)
+    assert accuracy(CLASSIFIER, PC, XC, _labels(0, 1)) == 1.0
+    assert accuracy(CLASSIFIER, PC, XC, _labels(K - 1, 1)) == 0.5
+    for bad in (_labels(K, 1), _labels(0, -1)):
+        with pytest.raises(TargetError):
+            accuracy(CLASSIFIER, PC, XC, bad)
+
+
+def _one_hot_or_off(Y):
+    """Probability rows: one-hot for a label in range, a row of sum 1.5 for the label K."""
+    return np.eye(K)[np.clip(Y, 0, K - 1)] + np.where(Y[:, None] < K, 0.0, 0.5) * np.eye(K)[0]
+
+
+@pytest.mark.parametrize("family, shape", [
+    (softmax_cross_entropy(classes=K), lambda Y: Y),
+    (SequenceCrossEntropy(classes=K), lambda Y: Y[:, None]),
+    (softmax_cross_entropy(classes=K), _one_hot_or_off),
+], ids=["ce", "sequence-ce", "ce-probabilities"])
+def test_a_compiled_step_refuses_one_past_the_last_class_keeping_the_parameters(family, shape):
+    if isinstance(family, SequenceCrossEntropy):  # sequences of one position
+        model, X = positionwise_dense(2, K).at(R(1, 2)), XC[:, None, :]
+    else:
+        model, X = CLASSIFIER, XC
+    step = train_step(model, family, gd(0.1))
+    state = step.init(PC)
+    moved, _ = step(state, X, shape(_labels(0, K - 1)))
+    assert int(np.asarray(moved.fault)[0]) == Fault.NONE and moved.steps_taken() == 1
+    refused, _ = step(state, X, shape(_labels(0, K)))
+    assert [int(v) for v in np.asarray(refused.fault)] == [Fault.TARGET, 1, 1]
+    assert refused.steps_taken() == 0
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(refused.params),
+                                                     jax.tree_util.tree_leaves(PC)))
+    with pytest.raises(TargetError):
+        refused.check()
