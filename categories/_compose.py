@@ -23,6 +23,11 @@ def check_composable(f, g, why: str | None = None) -> None:
             ...
         categories.errors.SpaceMismatch: cannot compose f : R^2 → R^3 with f : R^2 → R^3: the...
     """
+    for side in (f, g):
+        if not (isinstance(getattr(side, "dom", None), Space)
+                and isinstance(getattr(side, "cod", None), Space)):
+            raise KindError(f"check_composable needs two morphisms (each with a domain and a "
+                            f"codomain Space), got {type(side).__name__} {side!r:.40}")
     if f.cod == g.dom and why is None:
         return
     reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
@@ -46,9 +51,10 @@ def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
         raise KindError(f"{kind}({dom!r}, {cod!r}, ...): domain and codomain must be Spaces "
                         "(e.g. R(3))")
     if not callable(fn):
-        raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of one "
-                        f"{'point' if kind == 'Smooth' else 'vector'}, got {type(fn).__name__} "
-                        f"{fn!r}: pass e.g. lambda x: ...")
+        takes = {"Smooth": "one point", "Linear": "one vector"}.get(kind, "a point and parameters")
+        example = "lambda a, p: ..." if kind == "Para" else "lambda x: ..."
+        raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of {takes}, "
+                        f"got {type(fn).__name__} {fn!r}: pass e.g. {example}")
 
 
 def check_landed(m, y) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._compose import check_composable, check_landed, check_map_parts
 from .points import describe, is_concrete, shape_of
-from .spaces import Product, Space
+from .spaces import Product, Space, need_space
 from .errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
@@ -208,10 +208,7 @@ def _check_value(kind: str, value, space) -> None:
     """Refuse a value that is not shaped as a tangent (cotangent) vector on `space`, with any
     leading axes (a batch of them): `Space.mismatch`, the one check, with the axes the first
     leaf has before a point's shape. `DomainError` for a Vector, `CovectorError` for a Covector."""
-    if not isinstance(space, Space):
-        raise KindError(f"{kind}(value, space): space must be a Space (e.g. R(3)) or None, got "
-                        f"{type(space).__name__} {space!r:.40}")
-    T = space.tangent
+    T = need_space(space, f"{kind}(value, space)").tangent
     value = tree_map(_as_real_zero, value)
     shapes, leaves = _point_shapes(T), jax.tree_util.tree_leaves(value)
     lead: tuple = ()
@@ -336,6 +333,13 @@ class Linear:
         return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
 
 
+def need_linear(L, who: str) -> None:
+    """Refuse (`KindError`) an argument of `who` that is not a `Linear` map."""
+    if not isinstance(L, Linear):
+        raise KindError(f"{who} needs a linear map (a Linear, e.g. D(f, x)), got "
+                        f"{type(L).__name__} {L!r:.40}")
+
+
 def once(make):
     """A function returning make(), made on the first call and kept while what it holds is
     concrete: made under a trace (`jax.jit`, `vmap`, `grad`) it holds that trace's tracers,
@@ -370,6 +374,7 @@ def flatten_value(x, space: Space) -> jnp.ndarray:
         >>> flatten_value((jnp.ones((2, 2)), jnp.zeros(3)), R(2, 2) * R(3)).shape
         (7,)
     """
+    need_space(space, "flatten_value")
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
         return jnp.zeros((space.size,))
@@ -383,8 +388,7 @@ def unflatten_value(flat, space: Space):
         >>> [a.shape for a in unflatten_value(jnp.arange(7.0), R(2, 2) * R(3))]
         [(2, 2), (3,)]
     """
-    if not isinstance(space, Space):
-        raise KindError(f"unflatten_value: space must be a Space (e.g. R(2) * R(3)), got {space!r}")
+    need_space(space, "unflatten_value")
     if shape_of(flat) != (space.size,):
         raise ShapeError(f"unflatten_value: {space!r} has {space.size} coordinates, so flat "
                          f"must be a vector of shape ({space.size},), got {describe(flat)}")
