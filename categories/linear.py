@@ -217,9 +217,10 @@ def _check_value(kind: str, value, space) -> None:
             first[len(first) - len(shapes[0]):] == shapes[0]:
         lead = first[:len(first) - len(shapes[0])]
     why = T.mismatch(value, f"the value of the {kind}", lead)
+    if why and kind == "Covector":
+        raise CovectorError(f"Covector on {space!r}: {why}")
     if why:
-        raise (CovectorError if kind == "Covector" else DomainError)(
-            f"{kind} on {space!r}: {why}")
+        raise DomainError(f"{kind} on {space!r}: {why}")
 
 
 for _cls in (Vector, Covector):

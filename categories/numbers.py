@@ -77,6 +77,8 @@ def real_number(x, what: str, *, least: float | None = None, above: float | None
 #: representable, with room for what keeps a point inside (a retraction's clamp a few steps
 #: inside a bound, a draw at 5% of the width) to land strictly between the bounds, not on one
 ROOM = 128
+#: how a space narrower than that is refused, after "narrower than ROOM float32"
+NARROW = "steps at its bounds: too few numbers lie inside it to hold a point strictly inside"
 
 
 def too_narrow(lo, hi) -> bool:
@@ -96,4 +98,4 @@ def too_narrow(lo, hi) -> bool:
         return bool(np.any(hi - lo < ROOM * step))
 
 
-__all__ = ["integer", "real_number", "too_narrow", "ROOM"]
+__all__ = ["integer", "real_number", "too_narrow", "ROOM", "NARROW"]

@@ -21,7 +21,7 @@ import numpy as np
 from . import draws
 from .errors import DimensionError, DomainError, KindError
 from .dimensions import MAX_SIZE, dimensions
-from .numbers import ROOM, real_number, too_narrow
+from .numbers import NARROW, ROOM, real_number, too_narrow
 from .points import check_finite, describe, is_concrete, real_dtype_mismatch, shape_of
 
 
@@ -290,9 +290,7 @@ class OpenBox(Space):
                               "Positive(*shape) for the half-line (0, ∞), R(*shape) for the "
                               "whole line, or finite bounds")
         if too_narrow(low, high):
-            raise DomainError(f"OpenBox({_tup(low)}, {_tup(high)}) is narrower than {ROOM} float32 "
-                              "steps at its bounds: too few numbers lie inside it to hold a "
-                              "point strictly inside; widen it (or shift and scale the data)")
+            raise DomainError(f"OpenBox({_tup(low)}, {_tup(high)}) is narrower than {ROOM} float32 {NARROW}")
         object.__setattr__(self, "low", _freeze(low))
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)
@@ -352,9 +350,7 @@ class OpenBall(Space):
         radius = real_number(radius, "OpenBall: radius", least=2.0 ** -60, error=DomainError,
                              hint=" (a smaller ball has no float32 point to spare)")
         if too_narrow(center - radius, center + radius):
-            raise DomainError(f"OpenBall({_tup(center)}, {radius}) is narrower than {ROOM} "
-                              "float32 steps at its centre: too few numbers lie inside it to "
-                              "hold a point strictly inside; widen it")
+            raise DomainError(f"OpenBall({_tup(center)}, {radius}) is narrower than {ROOM} float32 {NARROW}")
         object.__setattr__(self, "center", _freeze(center))
         object.__setattr__(self, "radius", radius)
         object.__setattr__(self, "shape", tuple(center.shape))
@@ -484,11 +480,9 @@ class Product(Space):
 
 
 def need_space(A, who: str) -> Space:
-    """A if it is a Space, else `KindError` naming `who`: the one check that an argument is a
-    space (a class such as `R` itself, a lens, a shape tuple are not)."""
+    """A if it is a Space (not the class `R` itself, a lens, a shape), else `KindError`."""
     if not isinstance(A, Space):
-        what = f"the class {A.__name__} (call it, e.g. R(3))" if isinstance(A, type) else \
-            f"{type(A).__name__} {A!r:.60}"
+        what = f"the class {A.__name__}" if isinstance(A, type) else f"{type(A).__name__} {A!r:.60}"
         raise KindError(f"{who} needs a Space (e.g. R(3)), got {what}")
     return A
 

@@ -25,8 +25,10 @@ class Lens:
     """
 
     def __init__(self, dom: Space, cod: Space, get, put, name: str | None = None):
-        need_space(dom, "Lens: the domain"), need_space(cod, "Lens: the codomain")
-        need_callable(get, "Lens: get"), need_callable(put, "Lens: put")
+        need_space(dom, "Lens: the domain")
+        need_space(cod, "Lens: the codomain")
+        for what, fn in (("get", get), ("put", put)):
+            need_callable(fn, f"Lens: {what}")
         self.dom, self.cod, self.get, self.put = dom, cod, get, put
         self.name = name or "lens"
 

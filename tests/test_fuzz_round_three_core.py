@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from categories import (Covector, OpenBall, OpenBox, Para, Positive, R, Smooth, Vector,
-                        check_composable, dual, euclidean, flatten_value, linear_smooth, para_identity,
+                        dual, euclidean, flatten_value, linear_smooth, para_identity,
                         para_of, reverse_derivative)
 from categories.errors import (CovectorError, DomainError, HyperparameterError, KindError,
                                ParalensError, SlotError, SpaceMismatch)
@@ -74,7 +74,6 @@ CASES = [
     (lambda: dual(None), KindError, "dual"),
     (lambda: reverse_derivative(None), KindError, "reverse_derivative"),
     (lambda: linear_smooth(None), KindError, "linear_smooth"),
-    (lambda: check_composable(None, None), KindError, "two morphisms"),
     (lambda: euclidean(None), KindError, "euclidean"),
     (lambda: flatten_value(jnp.ones(2), None), KindError, "flatten_value"),
     # add: leaf by leaf, on spaces closed under addition
