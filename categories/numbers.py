@@ -88,6 +88,7 @@ def too_narrow(lo, hi) -> bool:
     kept in it.
 
     Examples:
+        >>> from categories.numbers import too_narrow
         >>> too_narrow(0.0, 1.0), too_narrow(1.0, 1.0 + 1e-6), too_narrow(0.0, 1e-30)
         (False, True, False)
     """
