@@ -46,9 +46,10 @@ def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
         raise KindError(f"{kind}({dom!r}, {cod!r}, ...): domain and codomain must be Spaces "
                         "(e.g. R(3))")
     if not callable(fn):
-        raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of one "
-                        f"{'point' if kind == 'Smooth' else 'vector'}, got {type(fn).__name__} "
-                        f"{fn!r}: pass e.g. lambda x: ...")
+        takes = {"Smooth": "one point", "Linear": "one vector"}.get(kind, "a point and parameters")
+        example = "lambda a, p: ..." if kind == "Para" else "lambda x: ..."
+        raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of {takes}, "
+                        f"got {type(fn).__name__} {fn!r}: pass e.g. {example}")
 
 
 def check_landed(m, y) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import jax
 
-from .linear import Linear, once
+from .linear import Linear, need_linear, once
 from .smooth import Smooth, need_smooth
 
 
@@ -53,6 +53,7 @@ def dual(L: Linear) -> Linear:
         >>> unwrap(dual(D(f, jnp.array([2.0, 3.0])))(Covector(jnp.asarray(1.0), R()))).tolist()
         [3.0, 2.0]
     """
+    need_linear(L, "dual")
     return L.dual()
 
 
@@ -75,6 +76,7 @@ def reverse_derivative(f: Smooth) -> Smooth:
         >>> unwrap(reverse_derivative(f)((jnp.array([2.0, 3.0]), jnp.asarray(1.0)))).tolist()
         [3.0, 2.0]
     """
+    need_smooth(f, "reverse_derivative")
     fn = f.fn
 
     def rf(xy):
@@ -92,6 +94,7 @@ def linear_smooth(L: Linear) -> Smooth:
         >>> g(jnp.array([1.0, 2.0])).tolist()
         [2.0, 4.0]
     """
+    need_linear(L, "linear_smooth")
     return Smooth(L.dom, L.cod, L.apply, L.name)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._compose import check_composable, check_landed, check_map_parts
 from .points import describe, is_concrete, shape_of
-from .spaces import Space
+from .spaces import Product, Space, need_space
 from .errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 
 tree_map = jax.tree_util.tree_map
@@ -60,8 +60,18 @@ class _Tangent:
     __array_priority__ = 1000
 
     def __init__(self, value, space: Space | None = None):
+        if space is not None:  # checked where a user builds one; JAX's rebuilds are not (`_made`)
+            _check_value(type(self).__name__, value, space)
         self.value = value
         self.space = space
+
+    @classmethod
+    def _made(cls, value, space):
+        """One built from a value known to fit (an operation's result, or JAX rebuilding the
+        pytree with tracers or placeholders under `jit`/`vmap`/`tree_map`): not checked."""
+        made = object.__new__(cls)
+        made.value, made.space = value, space
+        return made
 
     @classmethod
     def zero(cls, space: Space):
@@ -87,14 +97,14 @@ class _Tangent:
 
     def __add__(self, other):
         other = self._same_kind(other, "add")
-        return type(self)(_leaves_add(self.value, other.value), self.space or other.space)
+        return type(self)._made(_leaves_add(self.value, other.value), self.space or other.space)
 
     def __sub__(self, other):
         other = self._same_kind(other, "subtract")
         return self + (-other)
 
     def __neg__(self):
-        return type(self)(_scale(-1.0, self.value), self.space)
+        return type(self)._made(_scale(-1.0, self.value), self.space)
 
     def __mul__(self, c):
         if isinstance(c, _Tangent):
@@ -178,7 +188,39 @@ def _flatten(t):
 
 
 def _unflatten_as(cls):
-    return lambda space, children: cls(children[0], space)
+    return lambda space, children: cls._made(children[0], space)
+
+
+def _point_shapes(space: Space) -> list:
+    """The array shapes of a point of `space`, leaf by leaf (none for R^0)."""
+    if isinstance(space, Product):
+        return [s for f in space.factors for s in _point_shapes(f)]
+    return [] if space.is_terminal else [tuple(space.shape)]
+
+
+def _as_real_zero(leaf):
+    """float0 (JAX's covector of a discrete point: none) read as the zero it stands for."""
+    dtype = getattr(leaf, "dtype", None)
+    return jax.ShapeDtypeStruct(leaf.shape, jnp.float32) if dtype == jax.dtypes.float0 else leaf
+
+
+def _check_value(kind: str, value, space) -> None:
+    """Refuse a value that is not shaped as a tangent (cotangent) vector on `space`, with any
+    leading axes (a batch of them): `Space.mismatch`, the one check, with the axes the first
+    leaf has before a point's shape. `DomainError` for a Vector, `CovectorError` for a Covector."""
+    T = need_space(space, f"{kind}(value, space)").tangent
+    value = tree_map(_as_real_zero, value)
+    shapes, leaves = _point_shapes(T), jax.tree_util.tree_leaves(value)
+    lead: tuple = ()
+    first = shape_of(leaves[0]) if shapes and leaves else None
+    if first is not None and len(first) > len(shapes[0]) and \
+            first[len(first) - len(shapes[0]):] == shapes[0]:
+        lead = first[:len(first) - len(shapes[0])]
+    why = T.mismatch(value, f"the value of the {kind}", lead)
+    if why and kind == "Covector":
+        raise CovectorError(f"Covector on {space!r}: {why}")
+    if why:
+        raise DomainError(f"{kind} on {space!r}: {why}")
 
 
 for _cls in (Vector, Covector):
@@ -292,6 +334,13 @@ class Linear:
         return f"{self.name} : {self.dom!r} → {self.cod!r} (linear on {self.on})"
 
 
+def need_linear(L, who: str) -> None:
+    """Refuse (`KindError`) an argument of `who` that is not a `Linear` map."""
+    if not isinstance(L, Linear):
+        raise KindError(f"{who} needs a linear map (a Linear, e.g. D(f, x)), got "
+                        f"{type(L).__name__} {L!r:.40}")
+
+
 def once(make):
     """A function returning make(), made on the first call and kept while what it holds is
     concrete: made under a trace (`jax.jit`, `vmap`, `grad`) it holds that trace's tracers,
@@ -326,6 +375,7 @@ def flatten_value(x, space: Space) -> jnp.ndarray:
         >>> flatten_value((jnp.ones((2, 2)), jnp.zeros(3)), R(2, 2) * R(3)).shape
         (7,)
     """
+    need_space(space, "flatten_value")
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
         return jnp.zeros((space.size,))
@@ -339,8 +389,7 @@ def unflatten_value(flat, space: Space):
         >>> [a.shape for a in unflatten_value(jnp.arange(7.0), R(2, 2) * R(3))]
         [(2, 2), (3,)]
     """
-    if not isinstance(space, Space):
-        raise KindError(f"unflatten_value: space must be a Space (e.g. R(2) * R(3)), got {space!r}")
+    need_space(space, "unflatten_value")
     if shape_of(flat) != (space.size,):
         raise ShapeError(f"unflatten_value: {space!r} has {space.size} coordinates, so flat "
                          f"must be a vector of shape ({space.size},), got {describe(flat)}")

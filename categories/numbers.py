@@ -73,4 +73,30 @@ def real_number(x, what: str, *, least: float | None = None, above: float | None
     return value
 
 
-__all__ = ["integer", "real_number"]
+#: the float32 steps an open interval must span: a point strictly inside must be
+#: representable, with room for what keeps a point inside (a retraction's clamp a few steps
+#: inside a bound, a draw at 5% of the width) to land strictly between the bounds, not on one
+ROOM = 128
+#: how a space narrower than that is refused, after "narrower than ROOM float32"
+NARROW = "steps at its bounds: too few numbers lie inside it to hold a point strictly inside"
+
+
+def too_narrow(lo, hi) -> bool:
+    """Whether some interval (lo_i, hi_i) (bounds broadcast together, lo < hi) spans fewer than
+    `ROOM` float32 steps at its bounds (the spacing of float32 numbers at the larger |bound|):
+    at float32 such an open set has too few points inside for a point to be drawn in it and
+    kept in it.
+
+    Examples:
+        >>> from categories.numbers import too_narrow
+        >>> too_narrow(0.0, 1.0), too_narrow(1.0, 1.0 + 1e-6), too_narrow(0.0, 1e-30)
+        (False, True, False)
+    """
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        step = np.maximum(np.spacing(np.abs(lo).astype(np.float32)),
+                          np.spacing(np.abs(hi).astype(np.float32))).astype(np.float64)
+        return bool(np.any(hi - lo < ROOM * step))
+
+
+__all__ = ["integer", "real_number", "too_narrow", "ROOM", "NARROW"]

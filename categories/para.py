@@ -20,10 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._compose import check_composable
+from ._compose import check_composable, check_map_parts
 from .errors import KindError, SlotError, SpaceMismatch
-from .smooth import Smooth
-from .spaces import Product, R, Space, euclidean
+from .smooth import Smooth, need_smooth
+from .spaces import Product, R, Space, euclidean, need_space
 
 
 def chain_parts(f, g) -> tuple:
@@ -64,6 +64,8 @@ class Para(Parameterised):
     """
 
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
+        check_map_parts("Para", dom, cod, fn)
+        need_space(param, "Para: the parameter object")
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
         self.name: str = name if name else str(getattr(fn, "__name__", "f"))
 
@@ -137,6 +139,7 @@ def para_identity(A: Space) -> Para:
         >>> i(jnp.array([1.0, 2.0]), None).tolist(), i.param
         ([1.0, 2.0], R^0)
     """
+    need_space(A, "para_identity")
     return Para(A, A, R(0), lambda a, p: a, "id")
 
 
@@ -148,6 +151,7 @@ def para_of(f: Smooth) -> Para:
         >>> round(float(f(0.5, None)), 4), f.param
         (0.4794, R^0)
     """
+    need_smooth(f, "para_of")
     fn = f.fn
     return Para(f.dom, f.cod, R(0), lambda a, p: fn(a), f.name)
 

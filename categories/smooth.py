@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from ._compose import check_composable, check_landed, check_map_parts
-from .spaces import DomainError, Product, R, Space, euclidean
+from .spaces import DomainError, Product, R, Space, euclidean, need_space
 from .dimensions import dimension
 from .points import is_real_dtype
 from .errors import DimensionError, KindError, SpaceMismatch
@@ -146,10 +146,9 @@ def need_smooth(f, who: str) -> None:
 
 
 def _spaces(who: str, *spaces) -> None:
-    """Refuse (`KindError`) an argument of `who` that is not a Space."""
+    """Refuse (`KindError`) an argument of `who` that is not a Space (`need_space`)."""
     for A in spaces:
-        if not isinstance(A, Space):
-            raise KindError(f"{who} needs Spaces (e.g. R(2)), got {type(A).__name__} {A!r}")
+        need_space(A, who)
 
 
 def smooth_identity(A: Space) -> Smooth:

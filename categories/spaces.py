@@ -21,7 +21,7 @@ import numpy as np
 from . import draws
 from .errors import DimensionError, DomainError, KindError
 from .dimensions import MAX_SIZE, dimensions
-from .numbers import real_number
+from .numbers import NARROW, ROOM, real_number, too_narrow
 from .points import check_finite, describe, is_concrete, real_dtype_mismatch, shape_of
 
 
@@ -289,6 +289,8 @@ class OpenBox(Space):
             raise DomainError(f"OpenBox needs finite bounds, got {low} and {high}: use "
                               "Positive(*shape) for the half-line (0, ∞), R(*shape) for the "
                               "whole line, or finite bounds")
+        if too_narrow(low, high):
+            raise DomainError(f"OpenBox({_tup(low)}, {_tup(high)}) is narrower than {ROOM} float32 {NARROW}")
         object.__setattr__(self, "low", _freeze(low))
         object.__setattr__(self, "high", _freeze(high))
         object.__setattr__(self, "shape", shape)
@@ -345,7 +347,10 @@ class OpenBall(Space):
             raise DomainError(f"OpenBall needs a finite center, got {center}")
         if 0 in center.shape:
             raise DimensionError(f"OpenBall needs a center with no zero dimension, got shape {center.shape}")
-        radius = real_number(radius, "OpenBall: radius", above=0, error=DomainError)
+        radius = real_number(radius, "OpenBall: radius", least=2.0 ** -60, error=DomainError,
+                             hint=" (a smaller ball has no float32 point to spare)")
+        if too_narrow(center - radius, center + radius):
+            raise DomainError(f"OpenBall({_tup(center)}, {radius}) is narrower than {ROOM} float32 {NARROW}")
         object.__setattr__(self, "center", _freeze(center))
         object.__setattr__(self, "radius", radius)
         object.__setattr__(self, "shape", tuple(center.shape))
@@ -474,6 +479,14 @@ class Product(Space):
                                  for f in self.factors)
 
 
+def need_space(A, who: str) -> Space:
+    """A if it is a Space (not the class `R` itself, a lens, a shape), else `KindError`."""
+    if not isinstance(A, Space):
+        what = f"the class {A.__name__}" if isinstance(A, type) else f"{type(A).__name__} {A!r:.60}"
+        raise KindError(f"{who} needs a Space (e.g. R(3)), got {what}")
+    return A
+
+
 def euclidean(space: Space) -> bool:
     """Is the space a vector space (R^n or a product of them), so that sums of points make sense?
 
@@ -481,6 +494,7 @@ def euclidean(space: Space) -> bool:
         >>> euclidean(R(2) * R(3)), euclidean(Positive(2))
         (True, False)
     """
+    need_space(space, "euclidean")
     if isinstance(space, Product):
         return all(euclidean(f) for f in space.factors)
     return isinstance(space, R)

@@ -10,7 +10,7 @@ from categories.errors import KindError
 
 from . import picture
 from .composable import Composable
-from .inputs import as_real, check_batch, need_lens
+from .inputs import as_real, check_batch, need_fixed, need_lens
 from .para_lens import ParaLens
 
 
@@ -28,7 +28,7 @@ class Batched(picture.Drawable):
     """
 
     def __init__(self, lens: ParaLens):
-        self.lens = lens
+        self.lens = lens = need_fixed(lens, "Batched")
         self.name = f"batched({lens.name})"
         self.param = lens.param
 

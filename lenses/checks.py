@@ -21,7 +21,9 @@ import numpy as np
 from categories import Product, Smooth, Space, diagonal, pair, projection, smooth_identity
 from categories.linear import flatten_value, pairing, unflatten_value, unwrap
 from categories import check_composable
+from categories.errors import CovectorError
 from categories.numbers import real_number
+from categories.points import real_dtype_mismatch, shape_of
 
 from .inputs import need_lens
 from .layer import derived
@@ -75,6 +77,8 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
     need_lens(lens, "check_backward")
     lens = lens.fixed("check_backward")
     eps = real_number(eps, "check_backward: eps (the finite-difference step)", above=0)
+    if tol is not None:
+        tol = real_number(tol, "check_backward: tol", least=0)
     b_cov = unwrap(b_cov)
     da, dp = lens.backward(a, p, b_cov)
     ref_a, ref_p = derived(lens).backward(a, p, b_cov)
@@ -115,6 +119,11 @@ def largest_slope(p_cov):
         (3.0, None)
     """
     leaves = jax.tree_util.tree_leaves(unwrap(p_cov))
+    for leaf in leaves:
+        if shape_of(leaf) is None or real_dtype_mismatch(leaf):
+            raise CovectorError(f"largest_slope needs a parameter covector (a Covector, or its "
+                                f"value: a pytree of real arrays), got {type(p_cov).__name__} "
+                                f"{p_cov!r:.60}")
     if not leaves:
         return None
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves if leaf.size] or [jnp.asarray(0.0)]))

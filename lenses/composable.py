@@ -13,6 +13,7 @@ from abc import abstractmethod
 from typing import Callable
 
 from categories import Space
+from categories.spaces import need_space
 from categories.errors import KindError, SpaceMismatch
 
 from .picture import Drawable
@@ -51,8 +52,7 @@ class Composable(Drawable):
     def at(self, A: Space):
         """The member with domain A: a lens is the one member of its family, at its domain
         (`SpaceMismatch` at another; a family builds the member, `lenses.families`)."""
-        if not isinstance(A, Space):
-            raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+        need_space(A, f"{self.name}.at")
         lens = self.fixed(f"{self.name}.at")
         if A != lens.dom:
             raise SpaceMismatch(f"{self.name} is already fixed at {lens.dom!r}, got {A!r}: "

@@ -19,7 +19,7 @@ from categories.errors import KindError, SpaceMismatch
 
 from . import picture
 from .composable import Composable, refuse_operand
-from .inputs import need_callable
+from .inputs import flag, need_callable, need_space
 
 
 class LensFamily(Composable):
@@ -39,20 +39,20 @@ class LensFamily(Composable):
         need_callable(make, f"the make of the family {name!r}")
         if not isinstance(name, str):
             raise KindError(f"a family's name must be a string, got {type(name).__name__} {name!r}")
-        self._make, self.name, self.smooth, self.endo = make, name, bool(smooth), bool(endo)
+        self._make, self.name = make, name
+        self.smooth, self.endo = flag(smooth, f"{name}: smooth"), flag(endo, f"{name}: endo")
         self._members: dict = {}
 
     def at(self, A: Space):
         """The member with domain A."""
-        if not isinstance(A, Space):
-            raise KindError(f"{self.name}.at needs a Space (e.g. R(3)), got {A!r}")
+        need_space(A, f"{self.name}.at")
         if A not in self._members:
             member = self._make(A)
             if not isinstance(member, Composable) or not member.is_fixed():
                 raise KindError(f"the family {self.name} at {A!r} gives {type(member).__name__} "
                                 f"{member!r:.40}, not a lens: its make(A) must build a lens")
             lens = member.fixed(f"the family {self.name}")
-            if lens.dom != A and lens.dom.tangent != A.tangent:  # (A may be an open subset of it)
+            if lens.dom != A:  # the member at A is a lens on A itself, not on a space like it
                 raise SpaceMismatch(f"the family {self.name} at {A!r} gives {lens.name}, whose "
                                     f"domain is {lens.dom!r}: its make(A) must build a lens on A")
             self._members[A] = member

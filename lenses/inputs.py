@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories import Product, Smooth, Space, Vector
-from categories.errors import CovectorError, DomainError, KindError, ShapeError
+from categories import Product, Smooth, Space, Vector, check_composable
+from categories.spaces import need_space
+from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories.linear import unwrap
 from categories.points import describe, real_dtype_mismatch
 
@@ -46,26 +47,47 @@ def need_lens(x, who: str) -> None:
                         f"(e.g. tanh), got {type(x).__name__} {x!r}")
 
 
-def need_callable(fn, who: str) -> None:
-    """Refuse (`KindError`) what is neither None nor a function, naming `who`."""
-    if fn is not None and not callable(fn):
+def need_fixed(x, who: str):
+    """The lens x, where a lens with fixed spaces belongs: `KindError` naming `who` for what is
+    not a lens, and for a family (saying how to fix it with `.at`)."""
+    need_lens(x, who)
+    return x.fixed(who)
+
+
+def need_chain(parts, who: str) -> tuple:
+    """parts as a tuple of lenses that compose in sequence, where a chain's parts belong:
+    `KindError` naming `who` for None, a string, a dict, an empty list, or a list holding what
+    is not a lens with fixed spaces (naming its index); `SpaceMismatch` naming both sides where
+    one part's codomain is not the next one's domain."""
+    if not isinstance(parts, (list, tuple)) or not parts:
+        raise KindError(f"{who} needs a non-empty list of lenses (e.g. [dense(2, 3), "
+                        f"dense(3, 1)]), got {type(parts).__name__} {parts!r:.60}")
+    fixed = tuple(need_fixed(x, f"{who} (part {i})") for i, x in enumerate(parts))
+    for f, g in zip(fixed, fixed[1:]):
+        check_composable(f, g)
+    return fixed
+
+
+def need_callable(fn, who: str, optional: bool = False) -> None:
+    """Refuse (`KindError`, naming `who`) what is not a function; None too, unless `optional`
+    (where None means a default: a derived backward part, the space's own init)."""
+    if optional and fn is None:
+        return
+    if not callable(fn):
         raise KindError(f"{who} must be a function, got {type(fn).__name__} {fn!r:.40}")
 
 
 def need_reparam(r, init, name: str, P: Space) -> None:
     """Refuse (`KindError`) a reparameterisation of the lens `name` (parameters P) along what
-    is not a smooth map, or with an init that is not a function."""
+    is not a smooth map, or with an init that is not a function; `SpaceMismatch` along a map
+    r : Q → P' whose codomain is not P."""
     if not isinstance(r, Smooth):
         raise KindError(f"{name}.reparam needs a smooth map r : Q → {P!r} (a Smooth), got "
                         f"{type(r).__name__} {r!r:.40}")
-    need_callable(init, f"the init of {name}.reparam")
-
-
-def need_space(A, who: str) -> Space:
-    """A if it is a Space, else `KindError` naming `who`."""
-    if not isinstance(A, Space):
-        raise KindError(f"{who} needs a Space (e.g. R(3)), got {type(A).__name__} {A!r}")
-    return A
+    need_callable(init, f"the init of {name}.reparam", optional=True)
+    if r.cod != P:
+        raise SpaceMismatch(f"cannot reparameterise {name} (parameters {P!r}) along "
+                            f"{r.name} : {r.dom!r} → {r.cod!r}")
 
 
 def flag(x, who: str, allowed: str = "True or False") -> bool:
@@ -172,4 +194,4 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     return found[0][1] if found else 0
 
 
-__all__ = ["as_real", "need_lens", "need_callable", "need_reparam", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]
+__all__ = ["as_real", "need_lens", "need_fixed", "need_chain", "need_callable", "need_reparam", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]

@@ -58,7 +58,7 @@ class Layer(ParaLens):
         self.dom, self.cod, self.param = dom, cod, param
         self.name = name if name else str(getattr(forward, "__name__", "f"))
         for what, fn in (("forward", forward), ("backward", backward), ("init", init)):
-            need_callable(fn, f"the {what} part of {self.name}")
+            need_callable(fn, f"the {what} part of {self.name}", optional=what != "forward")
         if structure is not None:
             why = structure.mismatch(dom, cod, param) if isinstance(structure, Affine) else \
                 f"it must be None or Affine(bias=...), got {type(structure).__name__} {structure!r:.40}"

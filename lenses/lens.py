@@ -12,7 +12,7 @@ from categories import Smooth, Space, reverse_derivative
 from categories import check_composable
 from categories.errors import KindError
 
-from .inputs import need_lens
+from .inputs import need_callable, need_lens, need_space
 
 
 class Lens:
@@ -25,6 +25,10 @@ class Lens:
     """
 
     def __init__(self, dom: Space, cod: Space, get, put, name: str | None = None):
+        need_space(dom, "Lens: the domain")
+        need_space(cod, "Lens: the codomain")
+        for what, fn in (("get", get), ("put", put)):
+            need_callable(fn, f"Lens: {what}")
         self.dom, self.cod, self.get, self.put = dom, cod, get, put
         self.name = name or "lens"
 
@@ -61,6 +65,7 @@ def lens_identity(A: Space) -> Lens:
         >>> i.get(2.0), i.put(2.0, 5.0)
         (2.0, 5.0)
     """
+    need_space(A, "lens_identity")
     return Lens(A, A, lambda a: a, lambda a, b: b, "id")
 
 

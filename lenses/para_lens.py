@@ -29,13 +29,14 @@ import jax
 import jax.numpy as jnp
 
 from categories import Covector, Product, R, Smooth, Space, check_composable, draws
-from categories.errors import CovectorError, SpaceMismatch
+from categories.errors import CovectorError
 from categories.linear import unwrap
 from categories.para import Parameterised, slot_uses
 
 from . import picture
 from .composable import Composable, refuse_operand
-from .inputs import as_real, check_cotangent, check_finite_covector, need_reparam
+from .inputs import (as_real, check_cotangent, check_finite_covector, need_chain, need_fixed,
+                     need_reparam)
 from .sites import Site
 
 
@@ -277,7 +278,7 @@ class Chain(ParaLens):
     """
 
     def __init__(self, parts):
-        self.children = tuple(parts)
+        self.children = parts = need_chain(parts, "Chain")  # fixed lenses that compose
         self.dom, self.cod = parts[0].dom, parts[-1].cod
         self.param = Product(*(p.param for p in parts))
         self.name = " ≫ ".join(p.name for p in parts)
@@ -384,7 +385,7 @@ class Parallel(ParaLens):
     """
 
     def __init__(self, f: ParaLens, g: ParaLens):
-        self.children = (f, g)
+        self.children = f, g = need_fixed(f, "Parallel"), need_fixed(g, "Parallel")
         self.dom, self.cod, self.param = f.dom * g.dom, f.cod * g.cod, f.param * g.param
         self.name = f"({f.name} ⊗ {g.name})"
         self.smooth = f.smooth and g.smooth
@@ -443,10 +444,7 @@ class Reparam(ParaLens):
     """
 
     def __init__(self, lens: ParaLens, r: Smooth, init=None, name=None):
-        need_reparam(r, init, lens.name, lens.param)
-        if r.cod != lens.param:
-            raise SpaceMismatch(f"cannot reparameterise {lens.name} (parameters {lens.param!r}) along "
-                            f"{r.name} : {r.dom!r} → {r.cod!r}")
+        need_reparam(r, init, (lens := need_fixed(lens, "reparam")).name, lens.param)
         self.children, self.r, self._init = (lens,), r, init
         self.dom, self.cod, self.param = lens.dom, lens.cod, r.dom
         self.name = name or f"{lens.name}[{r.name}]"

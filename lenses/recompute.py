@@ -22,7 +22,7 @@ from . import picture
 
 from categories.errors import KindError
 
-from .inputs import need_lens
+from .inputs import need_fixed, need_lens
 from .para_lens import Chain, ParaLens, sequence_vjp
 
 tree_map = jax.tree_util.tree_map
@@ -100,6 +100,7 @@ class Checkpointed(ParaLens):
     """
 
     def __init__(self, lens: ParaLens, policy=None, segments=None):
+        lens = need_fixed(lens, "Checkpointed")
         self.children, self.policy, self._segments_arg = (lens,), policy, segments
         n = len(lens.parts)
         k = _segments(n, segments)

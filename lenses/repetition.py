@@ -31,7 +31,7 @@ from categories.dimensions import dimension
 
 from . import picture
 
-from .inputs import flag, need_lens, need_space
+from .inputs import flag, need_fixed, need_lens, need_space
 from .para_lens import ParaLens
 
 tree_map = jax.tree_util.tree_map
@@ -53,9 +53,10 @@ class Stacked(Space):
     shape: tuple
 
     def __init__(self, base: Space, n: int):
-        object.__setattr__(self, "base", base)
-        object.__setattr__(self, "n", int(n))
-        object.__setattr__(self, "shape", (int(n),) + tuple(base.shape))
+        n = dimension(n, "Stacked: the number of copies (a positive integer)", 1)
+        object.__setattr__(self, "base", need_space(base, "Stacked"))
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "shape", (n,) + tuple(base.shape))
 
     def interior_margin(self, x):
         return jax.vmap(self.base.interior_margin)(x)
@@ -101,9 +102,11 @@ class Repeat(ParaLens):
     """
 
     def __init__(self, layer: ParaLens, n: int, remat: bool = False):
+        layer = need_fixed(layer, "Repeat")
+        n = dimension(n, "Repeat's number of copies (a positive integer)", 1)
         if layer.dom != layer.cod:
             raise SpaceMismatch(f"repeat needs a layer A → A, got {layer.name} : {layer.dom!r} → {layer.cod!r}")
-        self.children, self.n, self.remat = (layer,), n, bool(remat)
+        self.children, self.n, self.remat = (layer,), n, flag(remat, "Repeat: remat")
         self.dom, self.cod, self.param = layer.dom, layer.cod, stacked(layer.param, n)
         self.name = f"repeat({layer.name}, {n}{', remat' if remat else ''})"
         self.smooth = layer.smooth

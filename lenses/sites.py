@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from categories import Product
+from categories.numbers import integer
+from categories.errors import KindError, SlotError
 
 if TYPE_CHECKING:  # the lens that owns a site (its module builds on this one)
     from .para_lens import ParaLens
@@ -66,6 +68,15 @@ class Site:
     lens: "ParaLens"
     path: tuple
     structure: Any = None
+
+    def __post_init__(self):
+        from .inputs import need_fixed  # (inputs builds on the lens protocol, which builds on this)
+        need_fixed(self.lens, "Site")
+        if not isinstance(self.path, tuple):
+            raise KindError(f"Site: path must be a tuple of slot indices, got "
+                            f"{type(self.path).__name__} {self.path!r:.40}")
+        for i in self.path:
+            integer(i, f"Site: the index {i!r} of the path {self.path!r}", 0, error=SlotError)
 
     def get(self, p):
         for i in self.path:

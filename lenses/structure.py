@@ -8,7 +8,11 @@ the tests check that the derived one is exactly this.
 
 from __future__ import annotations
 
-from categories import R, Space
+import jax
+import jax.numpy as jnp
+
+from categories import Positive, Product, R, Space
+from categories.errors import DomainError
 
 from .inputs import need_space
 from .layer import Layer
@@ -37,6 +41,7 @@ def discard(A: Space) -> Layer:
         >>> d(jnp.array([1.0, 2.0]), None), unwrap(d.backward(jnp.array([1.0, 2.0]), None, None)[0]).tolist()
         (None, [0.0, 0.0])
     """
+    need_space(A, "discard")
     return Layer(A, R(0), R(0), lambda a, p: None, name="discard", node="discard")
 
 
@@ -51,7 +56,20 @@ def add(A: Space) -> Layer:
         [[1.0, 2.0], [1.0, 2.0]]
     """
     need_space(A, "add")
-    return Layer(A * A, A, R(0), lambda aa, p: aa[0] + aa[1], name="add", node="add")
+    if not _closed_under_addition(A):
+        raise DomainError(f"add({A!r}): the sum of two points of {A!r} need not be a point of it; "
+                          "add needs a space closed under addition (R(n), Positive(n), or a "
+                          "product of them)")
+    return Layer(A * A, A, R(0), lambda aa, p: jax.tree_util.tree_map(jnp.add, aa[0], aa[1]),
+                 name="add", node="add")
+
+
+def _closed_under_addition(A: Space) -> bool:
+    """Whether a + b is a point of A for all points a, b: R^n and (0, ∞)^n, leaf by leaf in a
+    product (an open box or ball is not: 0.6 + 0.6 leaves (0, 1))."""
+    if isinstance(A, Product):
+        return all(_closed_under_addition(F) for F in A.factors)
+    return type(A) in (R, Positive)
 
 
 __all__ = ["copy", "discard", "add", "uses"]

@@ -146,8 +146,10 @@ def test_pullbacks_refuse_non_finite_covectors_and_covectors_on_another_space():
     for bad in (jnp.array([1.0, np.nan, 0.0]), jnp.array([np.inf, 0.0, 0.0])):
         with pytest.raises(CovectorError, match=r"dense\(2→3\).*index"):
             pull(bad)
-    with pytest.raises(CovectorError, match=r"covector on R\^\{3×1\}.*codomain.*R\^3"):
-        pull(Covector(jnp.ones(3), R(3, 1)))
+    with pytest.raises(CovectorError, match=r"not a covector on R\^3"):
+        pull(Covector(jnp.ones((3, 1)), R(3, 1)))  # a covector on another space
+    with pytest.raises(CovectorError, match=r"Covector on R\^\{3×1\}.*shape \(3, 1\)"):
+        Covector(jnp.ones(3), R(3, 1))  # checked when built
     _, pull_b = batched(m).vjp(jnp.ones((2, 2)), p)
     with pytest.raises(CovectorError):
         pull_b(jnp.full((2, 3), np.nan))
@@ -199,8 +201,8 @@ def test_geometry_metrics_check_their_space_and_points():
         Poincare().retract(jnp.array([np.nan, 0.0]), jnp.ones(2), ball)
     with pytest.raises(DomainError, match=r"lies outside Positive"):
         LogBarrier().retract(jnp.array([0.0, 1.0]), jnp.ones(2), Positive(2))
-    with pytest.raises(DomainError, match=r"shape \(2,\), got shape \(3,\)"):
-        Poincare(ball).sharp(jnp.full(2, 0.1), Covector(jnp.ones(3), ball))
+    with pytest.raises(CovectorError, match=r"shape \(2,\), got an array of shape \(3,\)"):
+        Poincare(ball).sharp(jnp.full(2, 0.1), Covector(jnp.ones(3), ball))  # checked when built
     # accepted: the multiplicative move p · exp(v / p) of the log barrier
     np.testing.assert_allclose(LogBarrier().retract(jnp.array([2.0, 1.0]), jnp.array([2.0, -1.0]),
                                                     Positive(2)), [2 * np.e, np.exp(-1.0)])

@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from categories import Covector, DomainError, OpenBall, OpenBox, Positive, Product, R, Vector
 from categories.linear import pairing
+from categories.numbers import too_narrow
 from lenses import (BoxBarrier, InteriorMetric, LogBarrier, LossFamily, Layer, Poincare, adagrad,
                     adam, from_optax, gd, half_squared_error, momentum, nesterov, sharp, train_step)
 
@@ -202,6 +203,7 @@ def test_the_floating_point_clamps_hold_for_any_centre_and_size(seed, log_c, log
     """The margins of the moves survive rounding of centres and walls far from 0 (un-jitted)."""
     rng = np.random.default_rng(seed)
     c, r = rng.normal(size=2) * 10.0 ** log_c, 10.0 ** log_r
+    assume(not too_narrow(c - r, c + r))  # narrower sets are refused (categories.numbers.ROOM)
     ball, box = OpenBall(c, r), OpenBox(c, c + r, (2,))
     v = jnp.asarray(rng.normal(size=2) * 10.0 ** log_v)
     x_ball = jnp.asarray(c + 0.5 * r * np.array([0.6, -0.8]))

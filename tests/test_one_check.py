@@ -59,7 +59,8 @@ ENTRIES = [
     ("a layer's forward part", _layer_forward, SpaceMismatch, "its value[1] "),
     ("a pullback's covector", _pullback, CovectorError, "its value[1] "),
     ("a parameter point", _parameters, SpaceMismatch, "the point of slot 1 "),
-    ("the optimiser's covector", _optimiser_covector, CovectorError, "the covector on slot 1 "),
+    # a Covector is checked where it is built, before the optimiser sees it
+    ("the optimiser's covector", _optimiser_covector, CovectorError, "the value of the Covector[1] "),
     ("saved work", _saved_work, SpaceMismatch, "the point of slot 1 "),
     ("Space.check", _space_check, DomainError, "the point[1] "),
 ]

@@ -27,6 +27,7 @@ from categories.points import describe
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
 from ..composable import Composable
+from ..inputs import need_callable
 from ..layer import Layer
 from ..para_lens import ParaLens
 from ..sites import Affine, Site
@@ -191,6 +192,7 @@ def from_function(f: Callable, params, dom, cod: Space | None = None, name: str 
         >>> lens(jnp.array([1.0, -1.0]), lens.init(None)).tolist()
         [0.0]
     """
+    need_callable(f, "from_function: f (a function f(params, a))")
     leaves, treedef = jax.tree_util.tree_flatten(params)
     for i, leaf in enumerate(leaves):
         if not (hasattr(leaf, "shape") and jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)):

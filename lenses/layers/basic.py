@@ -20,7 +20,7 @@ from categories.errors import DimensionError, SpaceMismatch
 from categories.dimensions import dimension
 
 from ..families import LensFamily, family
-from ..inputs import need_lens
+from ..inputs import need_callable, need_lens
 from ..layer import Layer
 from ..sites import Affine
 from ..structure import add, copy
@@ -131,6 +131,7 @@ def activation(name: str, g, smooth: bool = True) -> LensFamily:
         >>> square.at(R(2))(jnp.array([1.0, 3.0]), None).tolist()
         [1.0, 9.0]
     """
+    need_callable(g, f"activation({name!r}): g")
     return _elementwise(name, g, smooth)
 
 

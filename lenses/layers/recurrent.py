@@ -217,7 +217,8 @@ def _unroll_at(cell, A: Space):
         return (xs, jnp.zeros(H.shape, xs.dtype)), jnp.zeros((T, *H.shape), xs.dtype)
 
     step = shift_step(cell, T)
-    chain = (Layer(X, (X * H) * Hs, R(0), start, name="h₀ = 0", node=True)
+    # the member at A has domain A itself (an open subset of R^{T×n_in} included in X)
+    chain = (Layer(A, (X * H) * Hs, R(0), start, name="h₀ = 0", node=True)
              >> repeat(step, T)
              >> Layer((X * H) * Hs, Hs, R(0), lambda s, p: s[1], name="outputs", node=True))
     # the stacked point with the cell's slot left empty: Δ_T fills it with the broadcast q
