@@ -16,7 +16,7 @@ from categories import Vector
 from categories.errors import HyperparameterError, KindError, SpaceMismatch
 from categories.numbers import integer, real_number
 
-from ..inputs import need_lens
+from ..inputs import flag, need_lens
 from ..losses import loss_family
 from ..sites import at_path
 from ..values import assign, static
@@ -197,6 +197,8 @@ class KFAC(DataMetric):
                  model=None, tikhonov: str = "exact", rescale: bool = False):
         damping = real_number(damping, "KFAC: damping", least=0)
         decay = real_number(decay, "KFAC: decay", least=0, below=1)
+        adapt_damping = flag(adapt_damping, "KFAC: adapt_damping")
+        rescale = flag(rescale, "KFAC: rescale")
         _choice(curvature, CURVATURES, "curvature")
         _choice(fallback, ("raise", "euclidean"), "fallback")
         _choice(tikhonov, ("exact", "factored"), "tikhonov")
@@ -220,9 +222,9 @@ class KFAC(DataMetric):
                factor_period=integer(factor_period, "KFAC: factor_period", 1),
                inverse_period=integer(inverse_period, "KFAC: inverse_period", 1),
                damping_period=damping_period, samples=integer(samples, "KFAC: samples", 1),
-               adapt_damping=bool(adapt_damping), omega=omega, min_damping=low,
+               adapt_damping=adapt_damping, omega=omega, min_damping=low,
                max_damping=high, sampler=sampler, seed=integer(seed, "KFAC: seed"), model=model,
-               tikhonov=tikhonov, rescale=bool(rescale))
+               tikhonov=tikhonov, rescale=rescale)
         options = [name for name, on in (
             ("decay", decay > 0), ("factor_period", self.factor_period > 1),
             ("inverse_period", self.inverse_period > 1), ("adapt_damping", self.adapt_damping),

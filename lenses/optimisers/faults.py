@@ -44,11 +44,12 @@ def check_params(space: Space, p, names=None) -> None:
         raise SpaceMismatch(why + none)
 
 
-def check_floating(space: Space, p, names=None, what: str = "the initial parameters") -> None:
+def check_floating(space: Space | None, p, names=None, what: str = "the initial parameters") -> None:
     """Refuse (`DomainError`) a parameter point with a leaf of integer dtype, naming the slot
     and the dtype: a step moves a point by real amounts, and JAX gives an integer leaf no
-    derivative (float0), so it could never move. (Its shape is `check_params`' question.)"""
-    pairs = slots(space, p)
+    derivative (float0), so it could never move. (Its shape is `check_params`' question.)
+    `space` None: the point is one slot (an optimiser's, whose point may be any pytree)."""
+    pairs = slots(space, p) if space is not None else [(None, p)]
     names = names if names is not None and len(names) == len(pairs) else [
         f"slot {i}" for i in range(len(pairs))]
     for name, (_, q) in zip(names, pairs):

@@ -26,17 +26,19 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from categories import Covector, Smooth, Space, Vector
 from categories.errors import CovectorError, HyperparameterError, KindError, SpaceMismatch
 from categories.linear import unwrap
+from categories.numbers import integer
 from categories.slots import euclidean_space_of, slot_mismatch, slots
 from categories.spaces import euclidean
 
 from ..values import Value, assign, static
-from .faults import (backtrack, check_params, finite_flags, is_concrete, raise_non_finite,
-                     raise_outside)
-from .parts import Sharp, as_part, check_learning_rate, is_part, scale_by_learning_rate, sharp
+from .faults import (backtrack, check_floating, check_params, finite_flags, is_concrete,
+                     raise_non_finite, raise_outside)
+from .parts import Part, Sharp, as_part, check_learning_rate, is_part, scale_by_learning_rate, sharp
 
 tree_map = jax.tree_util.tree_map
 
@@ -102,8 +104,7 @@ class Optimiser(Value):
                  name: str | None = None):
         if on_domain_error not in ("raise", "backtrack"):
             raise HyperparameterError(f"on_domain_error must be 'raise' or 'backtrack', got {on_domain_error!r}")
-        if isinstance(max_halvings, bool) or not isinstance(max_halvings, int) or max_halvings < 0:
-            raise HyperparameterError(f"max_halvings must be an integer ≥ 0, got {max_halvings!r}")
+        max_halvings = integer(max_halvings, "max_halvings")
         # an optimiser is callable (to refuse the call) but is no lookahead (s, p) -> point
         if isinstance(lookahead, Optimiser) or not (isinstance(lookahead, bool)
                                                     or callable(lookahead)):
@@ -112,6 +113,17 @@ class Optimiser(Value):
         assign(self, parts=_check_parts(parts), lookahead_at=lookahead,
                on_domain_error=on_domain_error, max_halvings=max_halvings,
                name=name if name is not None else "chain")
+        self.check_numbers()
+
+    def check_numbers(self) -> "Optimiser":
+        """The optimiser itself, if every part's numbers are in range (`Part.check_numbers`),
+        else `HyperparameterError` naming the number: asked where it is built, where a
+        `train_step` is built and at an eager `step`, since `dataclasses.replace` and
+        `jax.tree_util.tree_map` make optimisers without asking. Traced numbers pass."""
+        for part in self.parts:
+            if isinstance(part, Part):  # an optax transformation keeps its numbers to itself
+                part.check_numbers()
+        return self
 
     @property
     def metric(self):
@@ -119,7 +131,9 @@ class Optimiser(Value):
         return self.parts[0].metric
 
     def init(self, p):
-        """The initial state s₀ for the point p: the tuple of the parts' initial states."""
+        """The initial state s₀ for the point p: the tuple of the parts' initial states. A
+        point with a leaf of integer dtype, which no step can move, is refused (`DomainError`)."""
+        check_floating(None, p, ["the point"], f"{self.name}.init")
         return tuple(part.init(p) for part in self.parts)
 
     def _states(self, s) -> tuple:
@@ -133,7 +147,8 @@ class Optimiser(Value):
         """Refuse (`SpaceMismatch`) a state that is not one of this optimiser's for the point
         p: its pytree structure must be that of `init(p)` (a state of another optimiser, or
         parameters where the state belongs, is not). Static: read off shapes, nothing computed."""
-        expected: Any = jax.tree_util.tree_structure(jax.eval_shape(self.init, p))  # a PyTreeDef
+        template = jax.eval_shape(self.init, p)
+        expected: Any = jax.tree_util.tree_structure(template)  # a PyTreeDef
         got = jax.tree_util.tree_structure(s)
         if got != expected:
             # alike when printed: a node of another class of the same name (a hand-made state)
@@ -142,6 +157,21 @@ class Optimiser(Value):
                                 f"expected the structure {expected}, got {got}{alike}: pass the "
                                 "state this optimiser's init(params) made, or the optimiser "
                                 "that made it")
+        self._check_leaves(template, s, what)
+
+    def _check_leaves(self, template, s, what: str) -> None:
+        """Refuse (`SpaceMismatch`) a state of the right structure with a leaf whose shape or
+        dtype is not the one `init` gives for its slot of the point, naming the entry."""
+        for (path, want), leaf in zip(jax.tree_util.tree_leaves_with_path(template),
+                                      jax.tree_util.tree_leaves(s)):
+            shape, dtype = tuple(np.shape(leaf)), jnp.result_type(leaf)
+            if shape != tuple(want.shape) or dtype != want.dtype:
+                part = self.parts[path[0].idx] if hasattr(path[0], "idx") else None
+                raise SpaceMismatch(
+                    f"{what}: the entry {jax.tree_util.keystr(path)} (of the part {part!r}) is "
+                    f"an array of shape {shape} and dtype {dtype}, but {self!r}.init(params) "
+                    f"makes it of shape {tuple(want.shape)} and dtype {want.dtype} for these "
+                    "parameters: pass the state made for them")
 
     def __call__(self, *args, **kwargs):
         """Refused (`KindError`): an optimiser with a state moves the point only together with
@@ -210,7 +240,9 @@ class Optimiser(Value):
         space = space if space is not None else getattr(p_cov, "space", None)
         if space is not None:
             check_params(space, p)
+        check_floating(space, p, None if space is not None else ["the point"], f"{self.name}.step")
         check_covector(p, p_cov, space)
+        self.check_numbers()
         self.check_state(s, p)
         s_new, p_new, inside = self.propose(s, p, p_cov, ctx, space)
         if is_concrete((unwrap(p_cov), p_new, inside)):  # inside jit there is nothing to look at

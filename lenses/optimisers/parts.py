@@ -26,6 +26,7 @@ under another name, so `scale_by_adam` and `scale_by_momentum` are written here.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
@@ -39,6 +40,7 @@ from categories.numbers import real_number
 
 from ..inner_products.metrics import Borrowed, Euclidean, Metric
 from ..values import Identity, Value, assign, static, structure_key
+from .precision import like, wide_zeros, widen, widened
 
 tree_map = jax.tree_util.tree_map
 
@@ -106,6 +108,13 @@ class Part(Value, optax.GradientTransformationExtraArgs):
         """(the vector out, the new state) for the vector `updates`."""
         raise UnsupportedError(f"{type(self).__name__} must implement update (a part has init and update)")
 
+    def check_numbers(self) -> "Part":
+        """The part itself, if its numbers are in range (`HyperparameterError` naming the one
+        that is not): asked where a part is built, and again where an optimiser is built or
+        stepped eagerly, since `dataclasses.replace` and `jax.tree_util.tree_map` make parts
+        without asking. A traced number passes (nothing is known of it before it runs)."""
+        return self
+
     def __repr__(self):
         if not self.shown_as:
             return Value.__repr__(self)
@@ -149,6 +158,10 @@ class Foreign(Part):
     transformation: Any = static()
 
     def __init__(self, tx):
+        if isinstance(tx, Part) or not is_part(tx):
+            raise KindError(f"Foreign wraps an optax transformation (callable init and update), "
+                            f"got {tx!r}" + (": a part goes into chain as it is"
+                                             if isinstance(tx, Part) else ""))
         assign(self, transformation=_ByCode(tx))
 
     @property
@@ -160,9 +173,13 @@ class Foreign(Part):
         return self.tx.init(params)
 
     def update(self, updates, state, params=None, **extra):
-        if isinstance(self.tx, optax.GradientTransformationExtraArgs):
-            return self.tx.update(updates, state, params, **extra)
-        return self.tx.update(updates, state, params)
+        try:
+            if isinstance(self.tx, optax.GradientTransformationExtraArgs):
+                return self.tx.update(updates, state, params, **extra)
+            return self.tx.update(updates, state, params)
+        except TypeError as e:  # where it is traced: nothing is added to a compiled step
+            refuse_extra_args(e, "the optax transformation")
+            raise
 
     def check_on(self, params, who: str) -> None:
         """Refuse (`HyperparameterError`) a transformation whose init or update fails on the
@@ -172,6 +189,8 @@ class Foreign(Part):
             return self.update(tree_map(jnp.zeros_like, p), self.tx.init(p), p, ctx=None)
         try:
             jax.eval_shape(once, params)
+        except UnsupportedError:
+            raise
         except Exception as e:  # noqa: BLE001 - whatever optax raises, named below
             why = f"{type(e).__name__}: {str(e).rstrip('.')}"
             raise HyperparameterError(
@@ -180,6 +199,19 @@ class Foreign(Part):
 
     def __repr__(self):
         return repr(self.tx)
+
+
+def refuse_extra_args(error: TypeError, who: str) -> None:
+    """Refuse (`UnsupportedError`) a transformation whose update failed for want of keyword
+    arguments the optimiser does not pass (`value=`, `grad=`, `value_fn=`: optax's
+    `reduce_on_plateau`, `lbfgs`, line searches); any other error is left to the caller."""
+    missing = re.search(r"missing \d+ required keyword-only arguments?: (.*)", str(error))
+    if missing:
+        raise UnsupportedError(
+            f"{who} needs the extra argument(s) {missing.group(1)} in its update, which "
+            "paralens does not pass (a step gives a transformation its updates, state, params "
+            "and ctx only): transformations that read the loss's value or search along a line "
+            "(optax.contrib.reduce_on_plateau, optax.lbfgs, ...) are not supported") from error
 
 
 def is_part(x) -> bool:
@@ -195,38 +227,19 @@ def as_part(x) -> Part:
 # -- hyperparameters -------------------------------------------------------------------------
 
 def check_learning_rate(lr, name: str = "lr"):
-    """A learning rate is finite and > 0 (a schedule, a callable count ↦ rate, is not checked)."""
+    """A learning rate is finite and > 0; a schedule (a callable count ↦ rate) is asked its
+    rate at count 0, which must be finite and ≥ 0 (a warm-up starts at 0)."""
     if not callable(lr):
         real_number(lr, f"the learning rate {name}", above=0, traced=True, hint=" (or a schedule)")
+        return lr
+    try:
+        first = lr(jnp.zeros((), jnp.int32))  # the count optax's scale_by_schedule passes
+    except Exception as e:  # noqa: BLE001 - whatever the user's function raises, named here
+        raise HyperparameterError(f"the learning rate schedule {name} fails at count 0: "
+                                  f"{type(e).__name__}: {e} (a schedule maps the step count, "
+                                  "an int32 array, to the rate)") from e
+    real_number(first, f"the learning rate schedule {name} at count 0", least=0, traced=True)
     return lr
-
-
-def check_decay(beta, name: str):
-    """A decay rate (momentum β, Adam's b1, b2) lies in [0, 1)."""
-    real_number(beta, name, least=0, below=1, traced=True)
-    return beta
-
-
-def check_positive(eps, name: str):
-    """A finite number > 0 (eps)."""
-    real_number(eps, name, above=0, traced=True)
-    return eps
-
-
-def check_non_negative(a, name: str):
-    """A finite number ≥ 0 (Adagrad's initial accumulator value)."""
-    real_number(a, name, least=0, traced=True)
-    return a
-
-
-def widened(fn, dtype, *leaves):
-    """fn(*leaves) computed in the wider of float32 and `dtype`, cast to `dtype` at the end.
-
-    A rule's numbers must not round to a half-precision point's dtype: in bfloat16, Adam's
-    b2 = 0.999 is 1 (its bias correction 1 − b2^t is 0, and the step does nothing) and
-    momentum β = 0.999 would never decay. In float32 and float64 nothing is converted."""
-    wide = jnp.promote_types(dtype, jnp.float32)
-    return fn(*(a.astype(wide) for a in leaves)).astype(dtype)
 
 
 # -- the library's parts ---------------------------------------------------------------------
@@ -300,6 +313,10 @@ class ScaleByMomentum(Part):
                      updates, state.m)
         return m, MomentumState(m)
 
+    def check_numbers(self):
+        real_number(self.beta, "beta", least=0, below=1, traced=True)
+        return self
+
 
 def scale_by_momentum(beta: float = 0.9) -> Part:
     """Heavy-ball momentum: m ← v + β m, and m goes on (optax's `trace(β)`, state `MomentumState`).
@@ -312,7 +329,7 @@ def scale_by_momentum(beta: float = 0.9) -> Part:
         >>> m1.tolist(), m2.tolist()
         ([1.0], [1.5])
     """
-    return ScaleByMomentum(check_decay(beta, "beta"))
+    return ScaleByMomentum(beta).check_numbers()
 
 
 class ScaleByAdagrad(Part):
@@ -325,11 +342,19 @@ class ScaleByAdagrad(Part):
     def _optax(self):
         return optax.scale_by_rss(self.initial_accumulator_value, self.eps)
 
-    def init(self, params):
-        return self._optax().init(params)
+    def init(self, params):  # G in float32 at least (`wide_zeros`), G₀ as optax's
+        return AdagradState(tree_map(lambda z: z + self.initial_accumulator_value,
+                                     wide_zeros(params)))
 
     def update(self, updates, state, params=None, **extra):
-        return self._optax().update(updates, state, params)
+        out, state = self._optax().update(widen(updates), state, params)
+        return like(out, updates), state
+
+    def check_numbers(self):
+        real_number(self.initial_accumulator_value, "initial_accumulator_value", least=0,
+                    traced=True)
+        real_number(self.eps, "eps", above=0, traced=True)
+        return self
 
 
 def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) -> Part:
@@ -342,8 +367,7 @@ def scale_by_adagrad(initial_accumulator_value: float = 0.1, eps: float = 1e-7) 
         >>> print(np.round(u, 4))
         [1.]
     """
-    return ScaleByAdagrad(check_non_negative(initial_accumulator_value, "initial_accumulator_value"),
-                          check_positive(eps, "eps"))
+    return ScaleByAdagrad(initial_accumulator_value, eps).check_numbers()
 
 
 class ScaleByAdam(Part):
@@ -359,14 +383,27 @@ class ScaleByAdam(Part):
 
     def update(self, updates, state, params=None, **extra):
         count = state.count + 1
-        mu, nu = adam_moments(self.b1, self.b2, updates, tree_map(lambda g: g * g, updates),
-                              state.mu, state.nu)
-        return adam_direction(self.b1, self.b2, self.eps, count, mu, nu), AdamState(count, mu, nu)
+        g = widen(updates)  # squared in float32 at least: in float16 a square below 6e-8 is 0
+        mu, nu = adam_moments(self.b1, self.b2, g, tree_map(lambda a: a * a, g), state.mu, state.nu)
+        direction = adam_direction(self.b1, self.b2, self.eps, count, mu, nu)
+        return like(direction, updates), AdamState(count, mu, nu)
+
+    def check_numbers(self):
+        check_adam(self.b1, self.b2, self.eps)
+        return self
+
+
+def check_adam(b1, b2, eps) -> None:
+    """Adam's numbers (Riemannian Adam's too): b1, b2 in [0, 1), eps > 0."""
+    real_number(b1, "b1", least=0, below=1, traced=True)
+    real_number(b2, "b2", least=0, below=1, traced=True)
+    real_number(eps, "eps", above=0, traced=True)
 
 
 def adam_start(params):
-    """Adam's state before its first step: the count 0 and both moments zero."""
-    return jnp.zeros((), jnp.int32), tree_map(jnp.zeros_like, params), tree_map(jnp.zeros_like, params)
+    """Adam's state before its first step: the count 0 and both moments zero, in float32 at
+    least (`wide_zeros`)."""
+    return jnp.zeros((), jnp.int32), wide_zeros(params), wide_zeros(params)
 
 
 def adam_moments(b1, b2, g, squares, mu, nu):
@@ -402,7 +439,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Part
         >>> print(np.round(u, 4))
         [ 1. -1.]
     """
-    return ScaleByAdam(check_decay(b1, "b1"), check_decay(b2, "b2"), check_positive(eps, "eps"))
+    return ScaleByAdam(b1, b2, eps).check_numbers()
 
 
 class ScaleByLearningRate(Part):
@@ -421,6 +458,10 @@ class ScaleByLearningRate(Part):
     def update(self, updates, state, params=None, **extra):
         return self._optax().update(updates, state, params)
 
+    def check_numbers(self):
+        check_learning_rate(self.schedule if self.schedule is not None else self.lr)
+        return self
+
     def __repr__(self):
         return f"scale_by_learning_rate({self.schedule if self.schedule is not None else self.lr!r})"
 
@@ -437,8 +478,7 @@ def scale_by_learning_rate(lr) -> Part:
         >>> print(np.round(u, 4))
         [-0.1 -0.2]
     """
-    check_learning_rate(lr)
-    return ScaleByLearningRate(None, lr) if callable(lr) else ScaleByLearningRate(lr)
+    return (ScaleByLearningRate(None, lr) if callable(lr) else ScaleByLearningRate(lr)).check_numbers()
 
 
 __all__ = ["Part", "Foreign", "is_part", "as_part", "Sharp", "sharp", "scale_by_momentum",

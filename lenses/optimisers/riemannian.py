@@ -34,8 +34,9 @@ from categories.errors import HyperparameterError, KindError
 from ..inner_products.geometry import BallGeometry, SlotMetric
 from ..inner_products.metrics import Diagonal, Euclidean
 from .lens import Optimiser
-from .parts import (Part, adam_direction, adam_moments, adam_start, check_decay,
-                    check_learning_rate, check_positive, sharp)
+from .parts import (Part, adam_direction, adam_moments, adam_start, check_adam,
+                    check_learning_rate, sharp)
+from .precision import like, widen
 
 tree_map = jax.tree_util.tree_map
 
@@ -109,13 +110,22 @@ class ScaleByRiemannianAdam(Part):
     def update(self, updates, state, params=None, **extra):
         metric = self.metric
         count = state.count + 1
-        m, nu = adam_moments(self.b1, self.b2, updates, squared_norms(metric, params, updates),
+        g = widen(updates)  # the moments in float32 at least, as Adam's
+        m, nu = adam_moments(self.b1, self.b2, g, squared_norms(metric, params, g),
                              state.tau, state.nu)
-        u = adam_direction(self.b1, self.b2, self.eps, count, m, nu, scale=-self.lr)
+        u = like(adam_direction(self.b1, self.b2, self.eps, count, m, nu, scale=-self.lr), updates)
         if isinstance(metric, SlotMetric):
             y = metric.retract(params, Vector(u), _space(metric))  # where the optimiser moves
             m = transport(metric, params, y, m)
         return u, RiemannianAdamState(count, m, nu)
+
+    def check_numbers(self):
+        if callable(self.lr):
+            raise HyperparameterError(f"riemannian_adam takes a number as its learning rate, "
+                                      f"not a schedule, got {self.lr!r}")
+        check_learning_rate(self.lr)
+        check_adam(self.b1, self.b2, self.eps)
+        return self
 
 
 def scale_by_riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999,
@@ -133,14 +143,7 @@ def scale_by_riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float 
         >>> print(np.round(u, 4))
         [-0.1  0.1]
     """
-    if callable(lr):
-        raise HyperparameterError(f"riemannian_adam takes a number as its learning rate, not a "
-                                  f"schedule, got {lr!r}")
-    check_learning_rate(lr)
-    check_decay(b1, "b1")
-    check_decay(b2, "b2")
-    check_positive(eps, "eps")
-    return ScaleByRiemannianAdam(lr, _check_metric(metric), b1, b2, eps)
+    return ScaleByRiemannianAdam(lr, _check_metric(metric), b1, b2, eps).check_numbers()
 
 
 def riemannian_adam(lr: float, metric=None, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,

@@ -279,6 +279,11 @@ def _check_eval(step, eval_data) -> None:
 
 
 def _callables(callbacks):
+    if callbacks is None:
+        return []
+    if not (callable(callbacks) or isinstance(callbacks, (list, tuple))):
+        raise KindError(f"callbacks must be a function FitProgress -> bool | None or a list of "
+                        f"them, got {callbacks!r}")
     callbacks = [callbacks] if callable(callbacks) else list(callbacks)
     for f in callbacks:
         if not callable(f):

@@ -48,6 +48,7 @@ from .files import atomic_write, decode, digest, holdable
 from .state import TrainState
 from .step import slot_spaces
 from ..optimisers import Optimiser, check_params, from_optax, gd, slot_names
+from ..optimisers.precision import wide
 from ..inputs import need_lens
 
 FORMAT = "paralens-state"
@@ -318,6 +319,20 @@ def _read(path) -> tuple[dict, dict]:
     return meta, tensors
 
 
+def _widens(saved, expected) -> bool:
+    """A saved half-precision accumulator where the optimiser now keeps float32
+    (`lenses.optimisers.precision`): files saved before it held them in the parameters' dtype."""
+    return saved in (jnp.bfloat16, jnp.float16) and expected == wide(saved)
+
+
+def _as_saved(a, leaf):
+    """The saved optimiser state's array as the template's leaf holds it: a half-precision
+    accumulator widened (exactly: every half-precision number is a float32 one)."""
+    a = jnp.asarray(a)
+    dtype = jnp.result_type(leaf)
+    return a.astype(dtype) if _widens(a.dtype, dtype) else a
+
+
 def _fill(template, prefix: str, saved_paths: list, tensors: dict, where: str, path,
           slot_name) -> Any:
     """The template pytree with its leaves replaced by the saved arrays, after checking that
@@ -335,13 +350,14 @@ def _fill(template, prefix: str, saved_paths: list, tensors: dict, where: str, p
             raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: "
                                      f"{slot_name(p)} ({prefix}{p}) has shape {shape}, the "
                                      f"file holds {tuple(a.shape)}")
-        if prefix == "opt_state" and a.dtype != dtype:
+        if prefix == "opt_state" and a.dtype != dtype and not _widens(a.dtype, dtype):
             raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: "
                                      f"{prefix}{p} has dtype {dtype}, the file holds {a.dtype}")
     if len(saved_paths) != len(want):
         raise CheckpointMismatch(f"{os.fspath(path)!r} was saved for another {where}: it holds "
                                  f"{len(saved_paths)} {prefix} arrays, {len(want)} expected")
-    leaves = [jnp.asarray(tensors[f"{prefix}{p}"]) for p, _ in want]
+    leaves = [_as_saved(tensors[f"{prefix}{p}"], leaf) if prefix == "opt_state"
+              else jnp.asarray(tensors[f"{prefix}{p}"]) for p, leaf in want]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
 
 

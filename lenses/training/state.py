@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories.errors import KindError
+from categories.numbers import integer
 
 from .faults import Fault, fault_error
 
@@ -54,10 +55,13 @@ class TrainState(NamedTuple):
     def of(cls, params, opt_state, count=0, fault=(0, 0, 0)) -> "TrainState":
         """The state with this count and fault record (kind, step, slot), kind a `Fault`."""
         kinds = [int(k) for k in Fault]
-        if np.shape(fault) != (3,) or np.asarray(fault).item(0) not in kinds:
+        count = integer(count, "TrainState.of: count (the number of steps taken)", error=KindError)
+        record = [integer(v, "TrainState.of: each entry of fault", error=KindError)
+                  for v in (fault if np.shape(fault) == (3,) else [])]
+        if len(record) != 3 or record[0] not in kinds:
             raise KindError(f"fault must be a record (kind, step, slot) with kind one of "
                             f"{kinds} (the values of Fault), got {fault!r}")
-        return cls(params, opt_state, jnp.asarray([count, *fault], jnp.int32))
+        return cls(params, opt_state, jnp.asarray([count, *record], jnp.int32))
 
     @property
     def count(self):
@@ -96,6 +100,16 @@ class TrainState(NamedTuple):
         fault = "none" if kind is Fault.NONE else f"{kind.name.lower()} at step {step}"
         return (f"<b>TrainState</b>: {count} steps, {size} parameters in "
                 f"{len(leaves)} arrays, fault: {fault}")
+
+
+def check_ledger(ledger) -> None:
+    """Refuse (`KindError`) a ledger that is not one int32 array of shape (4,) (count, kind,
+    step, slot), as `TrainState.of` makes it. Static: read off its shape and dtype."""
+    shape, dtype = np.shape(ledger), jnp.result_type(ledger) if hasattr(ledger, "dtype") else None
+    if shape != (4,) or dtype != jnp.int32:
+        raise KindError(f"a TrainState's ledger is an int32 array of shape (4,) (count, fault "
+                        f"kind, step, slot; TrainState.of(params, opt_state, count) makes it), "
+                        f"got {type(ledger).__name__} of shape {shape} and dtype {dtype}")
 
 
 class Report:
@@ -156,4 +170,4 @@ class Report:
                f"{None if self.largest_slope is None else np.round(self.largest_slope, 6)}"
 
 
-__all__ = ["TrainState", "Report"]
+__all__ = ["TrainState", "Report", "check_ledger"]

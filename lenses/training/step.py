@@ -37,7 +37,7 @@ from ..batched import batched
 from ..inputs import check_batch
 from .faults import slope, verdict
 from .shared import shared
-from .state import TrainState
+from .state import TrainState, check_ledger
 
 tree_map = jax.tree_util.tree_map
 
@@ -103,6 +103,7 @@ class StepCore:
         if jax.tree_util.tree_structure(state.params) != self._treedef:
             check_params(self.model.param, state.params, slot_names(self.model))
             raise SpaceMismatch(f"the parameters do not have the structure of {self.model.param!r}")
+        check_ledger(state.ledger)
         opt.check_state(state.opt_state, state.params)
         n = check_batch(self.model.dom, X, f"the batch for {self.model.name}")
         Y = self.family.check_targets(Y, self.model.cod)  # shapes here; values: `targets_ok`

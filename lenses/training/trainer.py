@@ -20,8 +20,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from categories.errors import (HyperparameterError, KindError, ParalensError, ShapeError,
-                               UnsupportedError)
+from categories.errors import (HyperparameterError, KindError, LayoutError, ParalensError,
+                               ShapeError, UnsupportedError)
 
 from ..losses import loss_family as as_loss_family
 from ..inner_products.metrics import Metric
@@ -29,7 +29,7 @@ from ..optimisers import Optimiser, check_floating, check_params, from_optax, sl
 from ..optimisers.parts import Foreign
 from ..inputs import need_lens
 from . import schedule
-from .state import Report, TrainState
+from .state import Report, TrainState, check_ledger
 from .step import arguments, core_for, slot_spaces
 
 
@@ -70,6 +70,7 @@ class TrainStep:
                             "train_step(model, loss_family, opt) takes it before the optimiser")
         if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
             raise KindError(f"mesh must be a jax.sharding.Mesh, got {mesh!r}")
+        opt.check_numbers()  # an optimiser made by tree_map or dataclasses.replace, unchecked
         fixed = model.fixed("train_step")
         for metric in _held(opt, Metric):  # a metric tied to a model (K-FAC's) is tied to this one
             metric.check_model(fixed, "train_step")
@@ -104,6 +105,8 @@ class TrainStep:
         (`DomainError`, naming the slot)."""
         _need_state(state)
         check_floating(self.model.param, state.params, self.names, "the state's parameters")
+        check_ledger(state.ledger)
+        self.opt.check_state(state.opt_state, state.params, "the state's optimiser state")
         if self._core.state_shardings is not None:
             return jax.device_put(state, self._core.state_shardings)
         if self.mesh is not None:  # replicated over the mesh, across processes too
@@ -335,6 +338,9 @@ def _data_axis(mesh, layout, axis):
                             "('data', 'model')) too")
         if not isinstance(layout, Layout):
             raise KindError(f"layout must be a Layout, got {layout!r}")
+    if axis is not None and mesh is None:
+        raise LayoutError(f"axis={axis!r} splits each batch over a mesh axis, but no mesh was "
+                          "given: pass mesh=Mesh(devices, (axis,)) too, or drop axis")
     if axis is not None or mesh is None:
         return axis
     if layout is not None:
