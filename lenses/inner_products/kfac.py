@@ -23,7 +23,7 @@ from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
 from .kfac_model import adapted, rescaled
 from .metrics import covector_value, ravel
-from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
+from .natural import DataMetric, check_damping, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -57,6 +57,27 @@ class KFACState(NamedTuple):
 def _choice(x, options, name):
     if x not in options:
         raise HyperparameterError(f"KFAC: {name} must be one of {options}, got {x!r}")
+
+
+def _numbers(damping, decay, omega, low, high, adapt: bool, traced: bool = False) -> tuple:
+    """KFAC's numbers (damping, decay, omega, min_damping, max_damping) as floats, if
+    λ ≥ 0 (> 0 where `adapt_damping` multiplies it), ε ∈ [0, 1), ω ∈ (0, 1] and
+    0 ≤ min ≤ max, else `HyperparameterError` naming the number; `traced`: a traced one
+    passes (and what it bounds is not compared)."""
+    numbers = (check_damping(damping, "KFAC", traced),
+               real_number(decay, "KFAC: decay", least=0, below=1, traced=traced),
+               real_number(omega, "KFAC: omega", above=0, traced=traced, hint=" and ≤ 1"),
+               real_number(low, "KFAC: min_damping", least=0, traced=traced),
+               real_number(high, "KFAC: max_damping", least=0, traced=traced))
+    damping, _, omega, low, high = (x if isinstance(x, float) else None for x in numbers)
+    if omega is not None and omega > 1:
+        raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
+    if low is not None and high is not None and low > high:
+        raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got {low!r}, "
+                                  f"{high!r}")
+    if adapt and damping == 0:
+        raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+    return numbers
 
 
 def _function(f, name, form):
@@ -195,24 +216,15 @@ class KFAC(DataMetric):
                  omega: float | None = None, min_damping: float = 1e-8,
                  max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
                  model=None, tikhonov: str = "exact", rescale: bool = False):
-        damping = real_number(damping, "KFAC: damping", least=0)
-        decay = real_number(decay, "KFAC: decay", least=0, below=1)
         adapt_damping = flag(adapt_damping, "KFAC: adapt_damping")
         rescale = flag(rescale, "KFAC: rescale")
         _choice(curvature, CURVATURES, "curvature")
         _choice(fallback, ("raise", "euclidean"), "fallback")
         _choice(tikhonov, ("exact", "factored"), "tikhonov")
         damping_period = integer(damping_period, "KFAC: damping_period", 1)
-        omega = (19 / 20) ** damping_period if omega is None else real_number(omega, "KFAC: omega")
-        if not 0 < omega <= 1:
-            raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
-        low = real_number(min_damping, "KFAC: min_damping")
-        high = real_number(max_damping, "KFAC: max_damping")
-        if not 0 <= low <= high:
-            raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got "
-                                      f"{min_damping!r}, {max_damping!r}")
-        if adapt_damping and damping == 0:
-            raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+        omega = (19 / 20) ** damping_period if omega is None else omega
+        damping, decay, omega, low, high = _numbers(damping, decay, omega, min_damping,
+                                                    max_damping, adapt_damping)
         if model is not None:
             need_lens(model, "KFAC(model=...)")
         output_fisher = _function(output_fisher, "output_fisher", "(z, v) ↦ F(z) v")
@@ -232,6 +244,11 @@ class KFAC(DataMetric):
         if options and model is None:
             raise KindError(f"KFAC with {', '.join(options)} keeps its factors in the optimiser's "
                             "state, whose shapes are the model's: pass model=your_model")
+
+    def check_numbers(self):
+        _numbers(self.damping, self.decay, self.omega, self.min_damping, self.max_damping,
+                 self.adapt_damping, traced=True)
+        return self
 
     # -- the layout and the curvature ----------------------------------------------------------
     @property

@@ -140,6 +140,11 @@ class Report:
         """Raise the fault the step's state records; else return the report."""
         if self._host is None:
             host = np.asarray(self._summary)  # loss, slope, fault kind: one transfer
+            if host.ndim not in (1, 2) or host.shape[-1] != 3 or \
+                    not isinstance(self._state, TrainState):
+                raise KindError(f"a Report reads a step's rows (loss, slope, fault kind) and the "
+                                f"TrainState it reached, as a step makes it, got a summary of "
+                                f"shape {host.shape} and a {type(self._state).__name__}")
             # a fault stays recorded until seen, so the last step's kind tells (and one scalar
             # comparison costs far less than a numpy reduction, read at every step)
             if (host[-1, 2] if host.ndim == 2 else host[2]) != 0:
