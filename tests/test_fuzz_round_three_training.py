@@ -11,7 +11,8 @@ import pytest
 
 from categories import Covector, R
 from categories.errors import (DomainError, HyperparameterError, KindError, LayoutError,
-                               MetricError, SpaceMismatch, TargetError, UnsupportedError)
+                               MetricError, SpaceMismatch, TargetError, TargetTypeError,
+                               UnsupportedError)
 from lenses import SequenceCrossEntropy, dense, half_squared_error, positionwise_dense
 from lenses.inner_products.kfac import KFAC
 from lenses.inner_products.metrics import Constant, Diagonal
@@ -100,7 +101,7 @@ def test_integer_points_are_refused():
         opt.step(opt.init(jnp.zeros(2)), jnp.zeros(2, jnp.int32), Covector(jnp.ones(2, jnp.int32)))
 
 
-@pytest.mark.parametrize("count", [-1, 1.5, "a", None, True])
+@pytest.mark.parametrize("count", [-1, 1.5, "a", None, True, 2 ** 31])
 def test_train_state_counts_are_integers(count):
     with pytest.raises(KindError):
         TrainState.of(jnp.zeros(2), (), count=count)
@@ -203,6 +204,8 @@ def test_the_sequence_loss_of_a_label_that_is_no_class_is_nan_never_another_clas
     assert got == pytest.approx(-(logp[0, 2] + logp[1, 0]) / 2, rel=1e-6)
     for bad in ([2.0, -1.0], [1.5, 0.0], [3.0, 0.0]):  # -1 would wrap to the last class
         assert np.isnan(float(family.value(jnp.asarray(z), jnp.asarray(bad))))
+    with pytest.raises(TargetTypeError, match="dtype bool"):  # True is no class
+        family.check_targets(np.zeros((2, 1), bool))
 
 
 @pytest.mark.parametrize("classes", [1, 0, -1, 2.5, "3", True, int])
@@ -275,6 +278,12 @@ def test_a_checkpoint_path_is_a_non_empty_str():
     for path in ("", b"run.st"):
         with pytest.raises(KindError, match="file path"):
             Checkpoints(path, every=1)
+
+
+def test_a_count_past_the_int32_ledger_is_refused():
+    for kw in ({"count": 2 ** 31}, {"fault": (1, 2 ** 40, 0)}):
+        with pytest.raises(KindError, match="≤ 2147483647"):
+            TrainState.of(P, (), **kw)
 
 
 def test_the_doors_of_a_step_refuse_what_is_not_a_state():

@@ -252,6 +252,9 @@ class SequenceCrossEntropy(LossFamily):
                             "sequence_cross_entropy(classes=k)")
         if len(y.shape) != 1:
             raise TargetError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
+        if np.dtype(y.dtype) == np.bool_:
+            raise TargetTypeError(f"{self!r}: labels are integers in [0, {self.classes}) (or "
+                                  "floats of integer value), got dtype bool")
         return R(y.shape[0], self.classes)
 
     def check_values(self, Y, batched=True):

@@ -55,8 +55,10 @@ class TrainState(NamedTuple):
     def of(cls, params, opt_state, count=0, fault=(0, 0, 0)) -> "TrainState":
         """The state with this count and fault record (kind, step, slot), kind a `Fault`."""
         kinds = [int(k) for k in Fault]
-        count = integer(count, "TrainState.of: count (the number of steps taken)", error=KindError)
-        record = [integer(v, "TrainState.of: each entry of fault", error=KindError)
+        most = int(np.iinfo(np.int32).max)  # the ledger is int32
+        count = integer(count, "TrainState.of: count (the number of steps taken)", most=most,
+                        error=KindError)
+        record = [integer(v, "TrainState.of: each entry of fault", most=most, error=KindError)
                   for v in (fault if np.shape(fault) == (3,) else [])]
         if len(record) != 3 or record[0] not in kinds:
             raise KindError(f"fault must be a record (kind, step, slot) with kind one of "
