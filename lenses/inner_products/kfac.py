@@ -14,16 +14,16 @@ from jax import lax
 
 from categories import Vector
 from categories.errors import HyperparameterError, KindError, SpaceMismatch
-from categories.numbers import integer, real_number
+from categories.numbers import integer
 
 from ..inputs import flag, need_lens
 from ..losses import loss_family
 from ..sites import at_path
 from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
-from .kfac_model import adapted, rescaled
+from .kfac_model import adapted, kfac_numbers, rescaled
 from .metrics import covector_value, ravel
-from .natural import DataMetric, check_damping, data_scale, loss_hvp, output_fisher, output_matrix, space_of
+from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
 tree_map = jax.tree_util.tree_map
 
@@ -57,27 +57,6 @@ class KFACState(NamedTuple):
 def _choice(x, options, name):
     if x not in options:
         raise HyperparameterError(f"KFAC: {name} must be one of {options}, got {x!r}")
-
-
-def _numbers(damping, decay, omega, low, high, adapt: bool, traced: bool = False) -> tuple:
-    """KFAC's numbers (damping, decay, omega, min_damping, max_damping) as floats, if
-    λ ≥ 0 (> 0 where `adapt_damping` multiplies it), ε ∈ [0, 1), ω ∈ (0, 1] and
-    0 ≤ min ≤ max, else `HyperparameterError` naming the number; `traced`: a traced one
-    passes (and what it bounds is not compared)."""
-    numbers = (check_damping(damping, "KFAC", traced),
-               real_number(decay, "KFAC: decay", least=0, below=1, traced=traced),
-               real_number(omega, "KFAC: omega", above=0, traced=traced, hint=" and ≤ 1"),
-               real_number(low, "KFAC: min_damping", least=0, traced=traced),
-               real_number(high, "KFAC: max_damping", least=0, traced=traced))
-    damping, _, omega, low, high = (x if isinstance(x, float) else None for x in numbers)
-    if omega is not None and omega > 1:
-        raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
-    if low is not None and high is not None and low > high:
-        raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got {low!r}, "
-                                  f"{high!r}")
-    if adapt and damping == 0:
-        raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
-    return numbers
 
 
 def _function(f, name, form):
@@ -223,8 +202,8 @@ class KFAC(DataMetric):
         _choice(tikhonov, ("exact", "factored"), "tikhonov")
         damping_period = integer(damping_period, "KFAC: damping_period", 1)
         omega = (19 / 20) ** damping_period if omega is None else omega
-        damping, decay, omega, low, high = _numbers(damping, decay, omega, min_damping,
-                                                    max_damping, adapt_damping)
+        damping, decay, omega, low, high = kfac_numbers(damping, decay, omega, min_damping,
+                                                        max_damping, adapt_damping)
         if model is not None:
             need_lens(model, "KFAC(model=...)")
         output_fisher = _function(output_fisher, "output_fisher", "(z, v) ↦ F(z) v")
@@ -246,8 +225,8 @@ class KFAC(DataMetric):
                             "state, whose shapes are the model's: pass model=your_model")
 
     def check_numbers(self):
-        _numbers(self.damping, self.decay, self.omega, self.min_damping, self.max_damping,
-                 self.adapt_damping, traced=True)
+        kfac_numbers(self.damping, self.decay, self.omega, self.min_damping, self.max_damping,
+                     self.adapt_damping, traced=True)
         return self
 
     # -- the layout and the curvature ----------------------------------------------------------

@@ -236,5 +236,6 @@ binary_cross_entropy = BinaryCrossEntropy()
 `BinaryCrossEntropy`)."""
 
 
-__all__ = ["classes_arg", "class_labels", "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy", "half_squared_error",
+__all__ = ["classes_arg", "class_labels",
+           "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy", "half_squared_error",
            "softmax_cross_entropy", "binary_cross_entropy"]

@@ -105,8 +105,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     (default: an epoch, at most 256, for data in memory; 32 for a stream); `on_device` puts
     in-memory data on the device (default: under `DEVICE_DATA_LIMIT` bytes). `max_steps`
     stops once the state has taken that many steps. `callbacks`: functions called after each
-    chunk with a `FitProgress`; one that returns True stops the run there (False or None goes
-    on; any other answer is refused, `KindError`). `progress` shows
+    chunk with a `FitProgress`; True stops the run there (False, None: on). `progress` shows
     a tqdm bar (default: when stderr is a terminal). The history is a list of per-epoch
     dicts: epoch, loss (mean over the epoch's steps taken here), steps_per_s, and accuracy
     on `eval_data` when given.
@@ -117,9 +116,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     batches, each checked as it comes. An error during the run carries `.history`; a fault,
     and a batch of an iterable refused (or the iterable's own error), carry `.state` too: the
     state before the faulting step or batch, every step before it kept. `mesh` splits each
-    batch over the mesh axis `axis` (default: `train_step`'s, the mesh's first axis, or with
-    a layout its axis "data" if it has one); `layout` (a `Layout`) splits the parameters and
-    optimiser state over the mesh for the whole run (`train_step`).
+    batch over the mesh axis `axis` (default as `train_step`'s); `layout` (a `Layout`) splits
+    the parameters and optimiser state over the mesh for the whole run (`train_step`).
 
     Examples:
         Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r
