@@ -96,7 +96,9 @@ def test_the_batch_is_split_over_the_axis_asked_for_else_the_default_of_the_set_
     assert axis(mesh=without, layout=Layout()) is None  # laid out, no data axis: whole
     assert axis(mesh=with_data, axis="model") == "model"
     assert axis(mesh=without, layout=Layout(), axis="batch") == "batch"
-    with pytest.raises(KindError, match="'tensor' is not an axis of the mesh"):
+    # an axis the mesh lacks: a layout error naming the mesh's axes
+    with pytest.raises(LayoutError, match=r"'tensor' is not an axis of the mesh, whose axes "
+                                          r"are \('data', 'model'\)"):
         axis(mesh=with_data, axis="tensor")
 
 

@@ -14,14 +14,14 @@ from jax import lax
 
 from categories import Vector
 from categories.errors import HyperparameterError, KindError, SpaceMismatch
-from categories.numbers import integer, real_number
+from categories.numbers import integer
 
 from ..inputs import flag, need_lens
 from ..losses import loss_family
 from ..sites import at_path
 from ..values import assign, static
 from .kfac_blocks import eigen, from_theta, site_kind, theta_to_ravel, to_theta
-from .kfac_model import adapted, rescaled
+from .kfac_model import adapted, kfac_numbers, rescaled
 from .metrics import covector_value, ravel
 from .natural import DataMetric, data_scale, loss_hvp, output_fisher, output_matrix, space_of
 
@@ -195,24 +195,15 @@ class KFAC(DataMetric):
                  omega: float | None = None, min_damping: float = 1e-8,
                  max_damping: float = 1e8, samples: int = 1, sampler=None, seed: int = 0,
                  model=None, tikhonov: str = "exact", rescale: bool = False):
-        damping = real_number(damping, "KFAC: damping", least=0)
-        decay = real_number(decay, "KFAC: decay", least=0, below=1)
         adapt_damping = flag(adapt_damping, "KFAC: adapt_damping")
         rescale = flag(rescale, "KFAC: rescale")
         _choice(curvature, CURVATURES, "curvature")
         _choice(fallback, ("raise", "euclidean"), "fallback")
         _choice(tikhonov, ("exact", "factored"), "tikhonov")
         damping_period = integer(damping_period, "KFAC: damping_period", 1)
-        omega = (19 / 20) ** damping_period if omega is None else real_number(omega, "KFAC: omega")
-        if not 0 < omega <= 1:
-            raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
-        low = real_number(min_damping, "KFAC: min_damping")
-        high = real_number(max_damping, "KFAC: max_damping")
-        if not 0 <= low <= high:
-            raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got "
-                                      f"{min_damping!r}, {max_damping!r}")
-        if adapt_damping and damping == 0:
-            raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+        omega = (19 / 20) ** damping_period if omega is None else omega
+        damping, decay, omega, low, high = kfac_numbers(damping, decay, omega, min_damping,
+                                                        max_damping, adapt_damping)
         if model is not None:
             need_lens(model, "KFAC(model=...)")
         output_fisher = _function(output_fisher, "output_fisher", "(z, v) ↦ F(z) v")
@@ -232,6 +223,11 @@ class KFAC(DataMetric):
         if options and model is None:
             raise KindError(f"KFAC with {', '.join(options)} keeps its factors in the optimiser's "
                             "state, whose shapes are the model's: pass model=your_model")
+
+    def check_numbers(self):
+        kfac_numbers(self.damping, self.decay, self.omega, self.min_damping, self.max_damping,
+                     self.adapt_damping, traced=True)
+        return self
 
     # -- the layout and the curvature ----------------------------------------------------------
     @property

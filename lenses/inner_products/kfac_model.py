@@ -1,6 +1,7 @@
 """K-FAC's quadratic model of a step on its own batch, M(δ) = ½ δᵀ (C + λ I) δ + ∇hᵀ δ: the
 rescaled step δ = αΔ + μδ₀ and the Levenberg–Marquardt rule for λ (`KFAC`'s docstring,
-`rescale` and `adapt_damping`), C the exact curvature matching K-FAC's `curvature`.
+`rescale` and `adapt_damping`), C the exact curvature matching K-FAC's `curvature`; and the
+one check of K-FAC's numbers (`kfac_numbers`), λ and the rule's bounds among them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,33 @@ import jax.numpy as jnp
 from ..losses import loss_family
 from ..batched import batched
 from .metrics import ravel
-from .natural import Fisher, GaussNewton, data_scale
+from categories.errors import HyperparameterError
+from categories.numbers import real_number
+
+from .natural import Fisher, GaussNewton, check_damping, data_scale
 
 tree_map = jax.tree_util.tree_map
+
+
+def kfac_numbers(damping, decay, omega, low, high, adapt: bool, traced: bool = False) -> tuple:
+    """KFAC's numbers (damping, decay, omega, min_damping, max_damping) as floats, if
+    λ ≥ 0 (> 0 where `adapt_damping` multiplies it), ε ∈ [0, 1), ω ∈ (0, 1] and
+    0 ≤ min ≤ max, else `HyperparameterError` naming the number; `traced`: a traced one
+    passes (and what it bounds is not compared)."""
+    numbers = (check_damping(damping, "KFAC", traced),
+               real_number(decay, "KFAC: decay", least=0, below=1, traced=traced),
+               real_number(omega, "KFAC: omega", above=0, traced=traced, hint=" and ≤ 1"),
+               real_number(low, "KFAC: min_damping", least=0, traced=traced),
+               real_number(high, "KFAC: max_damping", least=0, traced=traced))
+    damping, _, omega, low, high = (x if isinstance(x, float) else None for x in numbers)
+    if omega is not None and omega > 1:
+        raise HyperparameterError(f"KFAC: omega must be in (0, 1], got {omega!r}")
+    if low is not None and high is not None and low > high:
+        raise HyperparameterError(f"KFAC: need 0 ≤ min_damping ≤ max_damping, got {low!r}, "
+                                  f"{high!r}")
+    if adapt and damping == 0:
+        raise HyperparameterError("KFAC: adapt_damping multiplies λ, which must start > 0")
+    return numbers
 
 
 def curvature_metric(kfac, ctx):
@@ -74,4 +99,4 @@ def adapted(kfac, p, g, step, change, lam, ctx):
     return jnp.clip(new, kfac.min_damping, kfac.max_damping).astype(lam.dtype), rho
 
 
-__all__ = ["curvature_metric", "damped_product", "rescaled", "adapted"]
+__all__ = ["kfac_numbers", "curvature_metric", "damped_product", "rescaled", "adapted"]

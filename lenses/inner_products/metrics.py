@@ -81,6 +81,16 @@ class Metric(Value, abc.ABC):
         `sharp_state`); none does but K-FAC with its model."""
         return False
 
+    def check_numbers(self) -> "Metric":
+        """The metric itself, if its numbers are in range, else the catalogue's error naming
+        the one that is not (`HyperparameterError` for a damping, `MetricError` for a
+        diagonal's weights or a matrix): asked by its constructor, and again where an
+        optimiser holding it is built, a `train_step` is built or an eager `step` is taken
+        (`Part.check_numbers`), since `jax.tree_util.tree_map` makes metrics without asking.
+        A traced number passes (nothing is known of it before it runs); a metric without
+        numbers has nothing to check."""
+        return self
+
     def check_model(self, model, who: str) -> None:
         """Refuse (an error of the catalogue) to serve the training of `model`; a metric tied
         to a model (K-FAC's `model=`) checks it is that one. Called when a step is built."""
@@ -249,9 +259,13 @@ class Diagonal(Metric):
     weights: Any
 
     def __init__(self, weights):
-        for leaf in jax.tree_util.tree_leaves(weights):
-            _real_weights(leaf, "Diagonal metric weights")
         assign(self, weights=weights)
+        self.check_numbers()
+
+    def check_numbers(self):
+        for leaf in jax.tree_util.tree_leaves(self.weights):
+            _real_weights(leaf, "Diagonal metric weights")
+        return self
 
     def _apply(self, x, op):
         w = self.weights
@@ -306,17 +320,7 @@ class Constant(Metric):
         G = jnp.asarray(G)
         if G.ndim != 2 or G.shape[0] != G.shape[1]:
             raise MetricError(f"Constant metric needs a square matrix, got shape {G.shape}")
-        if not isinstance(G, jax.core.Tracer):
-            g = np.asarray(G)
-            if g.dtype.kind not in "fiu" or not np.isfinite(g).all():
-                raise MetricError(f"Constant metric needs a matrix of finite real numbers, got "
-                                  f"dtype {g.dtype}" + ("" if g.dtype.kind not in "fiu" else
-                                                        " with NaN or infinite entries"))
-            asym = np.abs(g - g.T)
-            if not np.all(asym <= 1e-10 * max(np.abs(g).max(), 1e-300)):
-                i = tuple(int(k) for k in np.unravel_index(np.argmax(asym), g.shape))
-                raise MetricError(f"Constant metric needs a symmetric matrix: G{list(i)} = "
-                                  f"{g[i]} but G{list(i[::-1])} = {g[i[::-1]]}")
+        _symmetric(G)
         if space is not None and not isinstance(space, Space):
             raise KindError(f"Constant: space must be a Space (e.g. R(3)), got {space!r}")
         if slot is not None:
@@ -329,13 +333,30 @@ class Constant(Metric):
                 raise MetricError(f"Constant metric on {where}: G is {G.shape[0]}×{G.shape[0]} "
                                   f"but {'the space' if slot is None else 'the slot'} has "
                                   f"{on.size} coordinates: give a {on.size}×{on.size} matrix")
-        L = jnp.linalg.cholesky(G)
-        assign(self, G=G, L=L, space=space, slot=slot)
-        if not isinstance(L, jax.core.Tracer) and bool(jnp.any(jnp.isnan(L))):
-            raise MetricError("Constant metric needs a positive-definite matrix (Cholesky failed)")
-        eig = None if isinstance(L, jax.core.Tracer) else jnp.linalg.eigvalsh(G)
-        if eig is not None and not bool(eig[0] > G.shape[0] * jnp.finfo(L.dtype).eps * eig[-1]):
-            raise MetricError("Constant metric needs a positive-definite matrix (G is singular)")
+        assign(self, G=G, L=jnp.linalg.cholesky(G), space=space, slot=slot)
+        _definite(G, self.L)
+        self.__dict__["_checked"] = True  # a mark, not a field of the value
+
+    def check_numbers(self):
+        """G symmetric positive definite and L its Cholesky factor (a `tree_map` over the
+        metric could scale one and not the other: the sharp map reads L, the flat map G)."""
+        G, L = self.G, self.L
+        if isinstance(G, jax.core.Tracer) or isinstance(L, jax.core.Tracer) or \
+                self.__dict__.get("_checked"):  # built by __init__, or checked: one eigvalsh
+            return self
+        if np.shape(G) != np.shape(L) or np.ndim(G) != 2:
+            raise MetricError(f"Constant metric: G of shape {np.shape(G)} and its Cholesky "
+                              f"factor of shape {np.shape(L)} must be one square matrix's")
+        _symmetric(G)
+        _definite(G, L)
+        g, low = np.asarray(G, np.float64), np.asarray(L, np.float64)
+        scale = max(float(np.abs(g).max()), 1e-300) * np.finfo(np.asarray(L).dtype).eps * 100
+        if not (np.all(np.isfinite(low)) and np.all(np.abs(low @ low.T - g) <= scale * g.shape[0])):
+            raise MetricError("Constant metric: L is not the Cholesky factor of G (L Lᵀ ≠ G): "
+                              "build a new metric with Constant(G, ...), not by mapping over "
+                              "its leaves")
+        self.__dict__["_checked"] = True  # a mark, not a field of the value
+        return self
 
     def _map(self, x, f):
         if self.slot is None:
@@ -363,6 +384,35 @@ class Constant(Metric):
     def flat(self, p, vec, ctx=None):
         return Covector(self._map(vector_value(vec, "Constant.flat"), lambda v: self.G @ v),
                         _space_of(vec))
+
+
+def _symmetric(G) -> None:
+    """Refuse (`MetricError`) a concrete matrix that is not finite, real and symmetric."""
+    if isinstance(G, jax.core.Tracer):
+        return
+    g = np.asarray(G)
+    if g.dtype.kind not in "fiu" or not np.isfinite(g).all():
+        raise MetricError(f"Constant metric needs a matrix of finite real numbers, got "
+                          f"dtype {g.dtype}" + ("" if g.dtype.kind not in "fiu" else
+                                                " with NaN or infinite entries"))
+    asym = np.abs(g - g.T)
+    if not np.all(asym <= 1e-10 * max(np.abs(g).max(), 1e-300)):
+        i = tuple(int(k) for k in np.unravel_index(np.argmax(asym), g.shape))
+        raise MetricError(f"Constant metric needs a symmetric matrix: G{list(i)} = "
+                          f"{g[i]} but G{list(i[::-1])} = {g[i[::-1]]}")
+
+
+def _definite(G, L) -> None:
+    """Refuse (`MetricError`) a concrete G that is not positive definite (its Cholesky factor
+    L failed, or G is singular at its dtype)."""
+    if isinstance(L, jax.core.Tracer):
+        return
+    if bool(jnp.any(jnp.isnan(L))):
+        raise MetricError("Constant metric needs a positive-definite matrix (Cholesky failed)")
+    eig = jnp.linalg.eigvalsh(G)
+    if not bool(eig[0] > G.shape[0] * jnp.finfo(L.dtype).eps * eig[-1]):
+        raise MetricError("Constant metric needs a positive-definite matrix (G is singular or "
+                          "indefinite)")
 
 
 def _slot(slot, space):

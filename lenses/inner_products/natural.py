@@ -122,6 +122,13 @@ def _hashable(family):
     return family
 
 
+def check_damping(x, who: str, traced: bool = False):
+    """The damping λ of a data-dependent metric (`who`), a finite number ≥ 0 (`real_number`):
+    as its constructor stores it, or, `traced`, as `check_numbers` asks it (a traced λ
+    passes)."""
+    return real_number(x, f"{who}: damping", least=0, traced=traced)
+
+
 class DataMetric(Metric):
     """A metric read off the model and the batch, damped by λ = `damping` (a leaf). `sharp`,
     `flat` and `matrix` run through one compiled function per (method, model, loss family,
@@ -132,6 +139,10 @@ class DataMetric(Metric):
 
     _MAX_COMPILED = 16
     damping: Any
+
+    def check_numbers(self):
+        check_damping(self.damping, type(self).__name__, traced=True)
+        return self
 
     def _run(self, method, p, t, ctx):
         data_scale(ctx, type(self).__name__)
@@ -188,7 +199,7 @@ class GaussNewton(DataMetric):
     def __init__(self, damping: float = 1e-3, solver: str = "auto", cg_iters: int = 500,
                  cg_tol: float = 1e-10, dense_max: int = 2000):
         name = type(self).__name__
-        damping = real_number(damping, f"{name}: damping", least=0)
+        damping = check_damping(damping, name)
         cg_tol = real_number(cg_tol, f"{name}: cg_tol (the conjugate gradients' tolerance)",
                              least=0)
         if solver not in ("auto", "dense", "cg"):

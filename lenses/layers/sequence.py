@@ -28,6 +28,7 @@ from categories import R, Space, draws
 
 from ..families import LensFamily, family
 from ..losses import LossFamily
+from ..losses.builtin import class_labels, classes_arg
 from .basic import gelu, identity, layer_sizes, lecun_normal, residual
 from ..inputs import flag
 from ..layer import Layer
@@ -233,10 +234,17 @@ class SequenceCrossEntropy(LossFamily):
     name = "sequence_cross_entropy"
     symbol = "sequence CE"
 
+    def __post_init__(self):
+        object.__setattr__(self, "classes", classes_arg(self.classes, self.name))
+
     def value(self, Z, y):
-        idx = jnp.round(y).astype(jnp.int32)  # labels may arrive as floats of integer value
+        # labels may arrive as floats of integer value; one that is no class (1.5, −1,
+        # `classes`) gives NaN, value and covector, as softmax_cross_entropy's does, where
+        # JAX's indexing would round it, wrap it or clamp it to a class
+        idx, inside = class_labels(y, Z.shape[-1])
         logp = jax.nn.log_softmax(Z, axis=-1)
-        return -jnp.mean(jnp.take_along_axis(logp, idx[:, None], axis=-1))
+        picked = jnp.take_along_axis(logp, idx[:, None], axis=-1)[:, 0]
+        return -jnp.mean(picked * jnp.where(inside, 1.0, jnp.nan).astype(logp.dtype))
 
     def output_space(self, y):
         if self.classes is None:
@@ -244,19 +252,21 @@ class SequenceCrossEntropy(LossFamily):
                             "sequence_cross_entropy(classes=k)")
         if len(y.shape) != 1:
             raise TargetError(f"{self!r}: a target is a sequence of T labels, got shape {tuple(y.shape)}")
+        if np.dtype(y.dtype) == np.bool_:
+            raise TargetTypeError(f"{self!r}: labels are integers in [0, {self.classes}) (or "
+                                  "floats of integer value), got dtype bool")
         return R(y.shape[0], self.classes)
 
     def check_values(self, Y, batched=True):
-        labels = np.round(np.asarray(Y))
-        bad = (labels < 0) | (labels >= self.classes) | (labels != np.asarray(Y))
+        bad = ~np.asarray(class_labels(np.asarray(Y), self.classes)[1])
         if np.any(bad):
             i = tuple(int(j) for j in np.argwhere(bad)[0])
             raise TargetError(f"{self!r}: labels must be integers in [0, {self.classes}), got "
                              f"{np.asarray(Y)[i]} at index {i}")
 
     def targets_ok(self, Y):
-        idx = jnp.round(Y)
-        return jnp.all((idx >= 0) & (idx < self.classes), axis=tuple(range(1, jnp.ndim(Y))))
+        inside = class_labels(Y, self.classes)[1]
+        return jnp.all(inside, axis=tuple(range(1, jnp.ndim(Y))))
 
 
 sequence_cross_entropy = SequenceCrossEntropy()

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories import R
+from categories.numbers import integer
 from categories.points import is_real_dtype
 from categories.errors import HyperparameterError, TargetError, TargetTypeError
 
@@ -37,6 +38,30 @@ def _need_finite(fam, Y):
         bad = np.argwhere(~np.isfinite(Y))[0]
         raise TargetError(f"{fam!r}: targets must be finite, got {Y[tuple(bad)]} at index "
                          f"{tuple(int(i) for i in bad)}")
+
+
+def classes_arg(k, who: str) -> int | None:
+    """The number of classes of a cross-entropy family: None (given later), or an integer
+    ≥ 2 (`integer`); else `HyperparameterError` naming `who` (over one class the loss is 0
+    whatever the output: nothing is learnt)."""
+    if k is None:
+        return None
+    try:
+        return integer(k, f"{who}: classes", least=2)
+    except HyperparameterError as e:
+        one = isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) and k == 1
+        raise HyperparameterError(str(e) + (
+            ": over one class the loss is 0 whatever the output, and nothing is learnt; for one "
+            "output, a probability, use binary_cross_entropy" if one else "")) from None
+
+
+def class_labels(y, classes: int):
+    """(the labels as indices, whether each is a class): an integer in [0, classes), whatever
+    its dtype (a float of integer value is one; 1.5, −1, `classes` and NaN are not). Traceable:
+    what a compiled step asks of its targets (`targets_ok`) and what `value` reads."""
+    nearest = jnp.round(y)
+    inside = (nearest == y) & (y >= 0) & (y < classes)
+    return jnp.clip(nearest, 0, classes - 1).astype(jnp.int32), inside
 
 
 def _need_real(fam, Y, what="targets"):
@@ -92,15 +117,7 @@ class SoftmaxCrossEntropy(LossFamily):
     predictive = "Categorical(softmax z)"
 
     def __post_init__(self):
-        k = self.classes
-        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer))
-                              or k < 2):
-            raise HyperparameterError(
-                f"softmax_cross_entropy: classes must be an integer ≥ 2, got {k!r}" +
-                (": over one class the loss is 0 whatever the output, and nothing is learnt; "
-                 "for one output, a probability, use binary_cross_entropy" if k == 1 else ""))
-        if k is not None:
-            object.__setattr__(self, "classes", int(k))
+        object.__setattr__(self, "classes", classes_arg(self.classes, self.name))
 
     def value(self, c, y):
         logp = jax.nn.log_softmax(c, axis=-1)
@@ -219,5 +236,6 @@ binary_cross_entropy = BinaryCrossEntropy()
 `BinaryCrossEntropy`)."""
 
 
-__all__ = ["HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy", "half_squared_error",
+__all__ = ["classes_arg", "class_labels",
+           "HalfSquaredError", "SoftmaxCrossEntropy", "BinaryCrossEntropy", "half_squared_error",
            "softmax_cross_entropy", "binary_cross_entropy"]

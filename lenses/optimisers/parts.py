@@ -282,6 +282,10 @@ class Sharp(Part):
             return unwrap(vec), state
         return unwrap(self.metric.sharp(params, cov, ctx)), state
 
+    def check_numbers(self):
+        self.metric.check_numbers()  # a metric's numbers are this part's leaves
+        return self
+
     def __repr__(self):
         return f"sharp({self.metric!r})"
 

@@ -125,6 +125,8 @@ class ScaleByRiemannianAdam(Part):
                                       f"not a schedule, got {self.lr!r}")
         check_learning_rate(self.lr)
         check_adam(self.b1, self.b2, self.eps)
+        if self.metric is not None:  # a diagonal's weights are this part's leaves too
+            self.metric.check_numbers()
         return self
 
 

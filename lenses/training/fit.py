@@ -30,7 +30,7 @@ from categories.errors import CheckpointMismatch, HyperparameterError, KindError
 
 from ..inputs import flag, optional_flag
 from .evaluate import accuracy, check_labels
-from .saved import load, save
+from .saved import load, need_path, save
 from .sources import InMemory, Stream, as_key, count_arg, key_data
 from .state import TrainState
 from .trainer import train_step
@@ -74,9 +74,7 @@ class Checkpoints:
     on_save: Callable | None = None
 
     def __post_init__(self):
-        if not isinstance(self.path, (str, os.PathLike)):
-            raise KindError(f"Checkpoints needs a file path (str or os.PathLike), got "
-                            f"{self.path!r}")
+        need_path(self.path, "Checkpoints")
         if self.every is not None:
             object.__setattr__(self, "every", count_arg(self.every, "Checkpoints: every", 1))
         object.__setattr__(self, "resume", flag(self.resume, "Checkpoints: resume"))
@@ -96,7 +94,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
         key=None, eval_data=None, progress: bool | None = None, reduction: str = "mean",
         mesh=None, steps_per_dispatch: int | None = None, on_device: bool | None = None,
         max_steps: int | None = None, checkpoints: Checkpoints | None = None, callbacks=(),
-        layout=None):
+        layout=None, axis: str | None = None):
     """Train for `epochs` more passes over `data`: (state, history).
 
     `data` is a tuple (X, Y) held in memory, shuffled each epoch into batches of exactly
@@ -107,7 +105,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     (default: an epoch, at most 256, for data in memory; 32 for a stream); `on_device` puts
     in-memory data on the device (default: under `DEVICE_DATA_LIMIT` bytes). `max_steps`
     stops once the state has taken that many steps. `callbacks`: functions called after each
-    chunk with a `FitProgress`; one that returns True stops the run there. `progress` shows
+    chunk with a `FitProgress`; True stops the run there (False, None: on). `progress` shows
     a tqdm bar (default: when stderr is a terminal). The history is a list of per-epoch
     dicts: epoch, loss (mean over the epoch's steps taken here), steps_per_s, and accuracy
     on `eval_data` when given.
@@ -118,8 +116,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
     batches, each checked as it comes. An error during the run carries `.history`; a fault,
     and a batch of an iterable refused (or the iterable's own error), carry `.state` too: the
     state before the faulting step or batch, every step before it kept. `mesh` splits each
-    batch over a mesh axis; `layout` (a `Layout`) splits the parameters and optimiser state
-    over it for the whole run (`train_step`).
+    batch over the mesh axis `axis` (default as `train_step`'s); `layout` (a `Layout`) splits
+    the parameters and optimiser state over the mesh for the whole run (`train_step`).
 
     Examples:
         Every example alike (x = (1, 1), target 0): each step of gd(0.1) takes the residual r
@@ -137,7 +135,7 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
         >>> int(state.count)
         4
     """
-    step = train_step(model, loss_family, opt, reduction, mesh, layout=layout)
+    step = train_step(model, loss_family, opt, reduction, mesh, axis, layout)
     plan = dict(epochs=count_arg(epochs, "epochs", 0),
                 max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
     every = _checkpoints(checkpoints).every if checkpoints is not None else None
@@ -221,7 +219,11 @@ class _Fitting:
         if chunk.last_in_epoch:
             self._end_epoch(chunk)
         event = FitProgress(chunk.epoch, count, self.state, rows[:, 0], self.history)
-        return any(bool(f(event)) for f in self.callbacks)
+        try:
+            return any(_stops(f, f(event)) for f in self.callbacks)
+        except KindError as error:  # an answer refused: the run so far travels with it
+            error.state, error.history = self.state, self.history  # type: ignore[attr-defined]  # as every error of the run
+            raise
 
     def _end_epoch(self, chunk):
         losses = np.concatenate(self.losses)
@@ -286,9 +288,24 @@ def _callables(callbacks):
                         f"them, got {callbacks!r}")
     callbacks = [callbacks] if callable(callbacks) else list(callbacks)
     for f in callbacks:
-        if not callable(f):
-            raise KindError(f"callbacks must be functions FitProgress -> bool | None, got {f!r}")
+        if not callable(f) or isinstance(f, type):  # a class is called, but answers no progress
+            raise KindError(f"callbacks must be functions FitProgress -> bool | None, got {f!r}"
+                            + (": pass a function (or an instance with __call__), not a class"
+                               if isinstance(f, type) else ""))
     return callbacks
+
+
+def _stops(f, answer) -> bool:
+    """Whether a callback's answer asks the run to stop: True stops, None and False go on (a
+    0-d bool array too, as `progress.state.count >= 100` gives); anything else is refused
+    (`KindError`): a dict or a count is no answer, and its truthiness would stop the run."""
+    if answer is None:
+        return False
+    if isinstance(answer, (bool, np.bool_)) or (
+            hasattr(answer, "dtype") and np.ndim(answer) == 0 and answer.dtype == np.bool_):
+        return bool(answer)
+    raise KindError(f"a callback of fit returns True (stop the run), False or None (go on), "
+                    f"but {f!r} returned {type(answer).__name__} {answer!r:.60}")
 
 
 def _resume(checkpoints, step, source, key):

@@ -101,6 +101,15 @@ def _as_optimiser(opt, entry: str):
                     f"optax transformation), got {type(opt).__name__} {opt!r}")
 
 
+def need_path(path, who: str) -> None:
+    """Refuse (`KindError`, naming `who`) what is not a file path: a non-empty str or an
+    `os.PathLike` naming one (not bytes)."""
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str) or \
+            not os.fspath(path):
+        raise KindError(f"{who} needs a file path (a non-empty str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r}")
+
+
 def _is_typed_key(key) -> bool:
     return jnp.issubdtype(getattr(key, "dtype", np.float32), jax.dtypes.prng_key)
 
@@ -204,9 +213,7 @@ def _layout_of(layout):
 def _check_save(path, state, model, opt, key, fit, extra_arrays):
     """(the fixed model, its slot names) if `state` can be saved for it at `path`, with `opt`
     and the optional arguments."""
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or \
-            not isinstance(os.fspath(path), str):
-        raise KindError(f"save needs a file path, got {type(path).__name__} {path!r}")
+    need_path(path, "save")
     if not isinstance(state, TrainState):
         raise KindError(f"save needs a TrainState (from step.init(params) or fit), got "
                         f"{type(state).__name__}: wrap parameters with step.init(params)")
@@ -285,8 +292,7 @@ def _check_slots(path, meta, model) -> list:
 
 def _read(path) -> tuple[dict, dict]:
     """(metadata, tensors) of an intact paralens file, else `CheckpointError`."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise KindError(f"load needs a file path, got {type(path).__name__} {path!r}")
+    need_path(path, "load")
     try:
         with open(path, "rb") as f:
             data = f.read()

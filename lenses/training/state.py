@@ -55,8 +55,10 @@ class TrainState(NamedTuple):
     def of(cls, params, opt_state, count=0, fault=(0, 0, 0)) -> "TrainState":
         """The state with this count and fault record (kind, step, slot), kind a `Fault`."""
         kinds = [int(k) for k in Fault]
-        count = integer(count, "TrainState.of: count (the number of steps taken)", error=KindError)
-        record = [integer(v, "TrainState.of: each entry of fault", error=KindError)
+        most = int(np.iinfo(np.int32).max)  # the ledger is int32
+        count = integer(count, "TrainState.of: count (the number of steps taken)", most=most,
+                        error=KindError)
+        record = [integer(v, "TrainState.of: each entry of fault", most=most, error=KindError)
                   for v in (fault if np.shape(fault) == (3,) else [])]
         if len(record) != 3 or record[0] not in kinds:
             raise KindError(f"fault must be a record (kind, step, slot) with kind one of "
@@ -140,6 +142,11 @@ class Report:
         """Raise the fault the step's state records; else return the report."""
         if self._host is None:
             host = np.asarray(self._summary)  # loss, slope, fault kind: one transfer
+            if host.ndim not in (1, 2) or host.shape[-1] != 3 or \
+                    not isinstance(self._state, TrainState):
+                raise KindError(f"a Report reads a step's rows (loss, slope, fault kind) and the "
+                                f"TrainState it reached, as a step makes it, got a summary of "
+                                f"shape {host.shape} and a {type(self._state).__name__}")
             # a fault stays recorded until seen, so the last step's kind tells (and one scalar
             # comparison costs far less than a numpy reduction, read at every step)
             if (host[-1, 2] if host.ndim == 2 else host[2]) != 0:

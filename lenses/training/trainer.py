@@ -80,8 +80,6 @@ class TrainStep:
         self.reduction, self.mesh = reduction, mesh
         self.layout = layout
         self.axis = _data_axis(mesh, layout, axis)
-        if mesh is not None and self.axis is not None and self.axis not in mesh.axis_names:
-            raise KindError(f"axis {self.axis!r} is not an axis of the mesh {mesh.axis_names}")
         self.names = slot_names(fixed)
         self.spaces = slot_spaces(fixed)
         self._core = core_for(fixed, self.loss_family, opt, reduction, mesh, self.axis, layout)
@@ -219,6 +217,7 @@ class TrainStep:
     def step_fn(self, state, X, Y):
         """The traceable checked step with this optimiser's numbers: (state', (loss, slope))
         (slope None where nothing can move). What a call compiles; scan it, vmap it."""
+        _need_state(state)
         return self._core.checked(self._hyper, state, X, Y)
 
     def check(self, state: TrainState) -> TrainState:
@@ -231,6 +230,7 @@ class TrainStep:
         """What a call of this step runs, lowered for these arguments (`jax.stages.Lowered`),
         to inspect: `.compile().as_text()` is the compiled program, `.cost_analysis()` its
         cost."""
+        _need_state(state)
         return self._call.lower(self._hyper, state, X, Y)
 
     @property
@@ -338,9 +338,16 @@ def _data_axis(mesh, layout, axis):
                             "('data', 'model')) too")
         if not isinstance(layout, Layout):
             raise KindError(f"layout must be a Layout, got {layout!r}")
+    if axis is not None and not isinstance(axis, str):
+        raise KindError(f"axis must be the name of a mesh axis (a str), got "
+                        f"{type(axis).__name__} {axis!r}")
     if axis is not None and mesh is None:
         raise LayoutError(f"axis={axis!r} splits each batch over a mesh axis, but no mesh was "
                           "given: pass mesh=Mesh(devices, (axis,)) too, or drop axis")
+    if axis is not None and axis not in mesh.axis_names:
+        raise LayoutError(f"axis={axis!r} is not an axis of the mesh, whose axes are "
+                          f"{tuple(mesh.axis_names)}: pass one of them, or a mesh with an axis "
+                          f"{axis!r}")
     if axis is not None or mesh is None:
         return axis
     if layout is not None:
