@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._compose import check_composable, check_landed, check_map_parts
+from ._compose import check_composable, check_landed, check_map_parts, need_operand
 from .points import describe, is_concrete, shape_of
 from .spaces import Product, Space, need_space
 from .errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
@@ -237,6 +237,10 @@ def unwrap(x):
     return x.value if isinstance(x, _Tangent) else x
 
 
+#: what a linear map's operators take
+_TAKES = "a linear map combines with a linear map (a Linear, e.g. D(f, x))"
+
+
 class Linear:
     """A linear map dom → cod between tangent spaces (`on="covectors"`: between cotangent spaces).
 
@@ -250,7 +254,7 @@ class Linear:
     """
 
     def __init__(self, dom: Space, cod: Space, apply, transpose=None, on="vectors", name=None):
-        check_map_parts("Linear", dom, cod, apply, "apply")
+        check_map_parts("Linear", dom, cod, apply, "apply", name=name)
         if transpose is not None and not callable(transpose):
             raise KindError(f"Linear: transpose must be a function (the dual map's apply) or "
                             f"None, got {type(transpose).__name__} {transpose!r}")
@@ -303,6 +307,7 @@ class Linear:
 
     def __rshift__(self, other: "Linear") -> "Linear":
         """Diagrammatic composite: first self, then other."""
+        need_operand(self, ">>", other, Linear, _TAKES)
         check_composable(self, other, None if self.on == other.on else
                          f"{self.name} acts on {self.on}, {other.name} on {other.on}")
         f, g = self.apply, other.apply
@@ -313,10 +318,12 @@ class Linear:
 
     def compose(self, first: "Linear") -> "Linear":
         """self ∘ first (applicative order)."""
+        need_operand(self, "∘", first, Linear, _TAKES)
         return first >> self
 
     def __mul__(self, other: "Linear") -> "Linear":
         """The product map A × C → B × D, (u, w) ↦ (self u, other w)."""
+        need_operand(self, "*", other, Linear, _TAKES)
         f, g = self.apply, other.apply
         return Linear(self.dom * other.dom, self.cod * other.cod,
                       lambda uw: (f(uw[0]), g(uw[1])), on=self.on,

@@ -74,9 +74,11 @@ class Space:
         return R(*self.shape)
 
     def __mul__(self, other: "Space") -> "Product":
-        if not isinstance(other, Space):
-            return NotImplemented
+        need_space(other, f"the product {self!r} × B")
         return Product(self, other)
+
+    def __rmul__(self, other):  # reached only when the left side is not a Space
+        need_space(other, f"the product A × {self!r}")
 
     # -- notation ----------------------------------------------------------------------------
     def latex(self) -> str:
