@@ -78,15 +78,15 @@ def need_callable(fn, who: str, optional: bool = False) -> None:
         raise KindError(f"{who} must be a function, got {type(fn).__name__} {fn!r:.40}")
 
 
-def need_reparam(r, init, name: str, P: Space) -> None:
+def need_reparam(r, init, name: str, P: Space | None) -> None:
     """Refuse (`KindError`) a reparameterisation of the lens `name` (parameters P) along what
     is not a smooth map, or with an init that is not a function; `SpaceMismatch` along a map
-    r : Q → P' whose codomain is not P."""
+    r : Q → P' whose codomain is not P (P None: a family's, known member by member)."""
     if not isinstance(r, Smooth):
-        raise KindError(f"{name}.reparam needs a smooth map r : Q → {P!r} (a Smooth), got "
-                        f"{type(r).__name__} {r!r:.40}")
+        raise KindError(f"{name}.reparam needs a smooth map r : Q → {'P' if P is None else repr(P)} "
+                        f"(a Smooth), got {type(r).__name__} {r!r:.40}")
     need_callable(init, f"the init of {name}.reparam", optional=True)
-    if r.cod != P:
+    if P is not None and r.cod != P:
         raise SpaceMismatch(f"cannot reparameterise {name} (parameters {P!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")
 

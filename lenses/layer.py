@@ -20,7 +20,7 @@ from categories.points import describe
 from . import picture
 from .inputs import check_init, flag, need_callable, need_lens, need_name
 from .para_lens import ParaLens
-from .sites import Affine, Site
+from .sites import Affine, Site, need_structure
 
 tree_map = jax.tree_util.tree_map
 
@@ -59,9 +59,9 @@ class Layer(ParaLens):
         self.name = need_name(name, "Layer") or str(getattr(forward, "__name__", "f"))
         for what, fn in (("forward", forward), ("backward", backward), ("init", init)):
             need_callable(fn, f"the {what} part of {self.name}", optional=what != "forward")
+        need_structure(structure, self.name)
         if structure is not None:
-            why = structure.mismatch(dom, cod, param) if isinstance(structure, Affine) else \
-                f"it must be None or Affine(bias=...), got {type(structure).__name__} {structure!r:.40}"
+            why = structure.mismatch(dom, cod, param)
             if why:
                 raise KindError(f"the structure {structure!r:.40} declared by {self.name} does "
                                 f"not fit it: {why}")
