@@ -37,6 +37,9 @@ def _abstract(space: Space):
 class Layer(ParaLens):
     """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
+    `init`, if given, must give a point of `param` (checked when called: `SpaceMismatch` for
+    another shape, `DomainError` for NaN or a point outside the open set where concrete).
+    `name` is a string; `check` and `smooth` are True or False.
     `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
     `node=True` draws it as a dot, as copy, add and discard are drawn (they say which:
     `node="copy"`, `"add"`, `"discard"`, so that a drawing may use its own copy boxes).
