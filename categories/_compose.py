@@ -28,6 +28,7 @@ def check_composable(f, g, why: str | None = None) -> None:
             ...
         categories.errors.KindError: check_composable needs two morphisms (maps or lenses, ...
     """
+    spaces: tuple
     try:
         spaces = (f.dom, f.cod, g.dom, g.cod)
     except AttributeError:  # not a morphism of any category: None, a string, a function

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from typing import Literal, overload
 
 import jax
 import numpy as np
@@ -96,6 +97,14 @@ def flag(x, who: str, allowed: str = "True or False") -> bool:
 def optional_flag(x, who: str) -> bool | None:
     """`flag`, or None where None is the switch's default (decided later)."""
     return None if x is None else flag(x, who, "True, False or None")
+
+
+@overload
+def need_name(name, who: str, optional: Literal[False]) -> str: ...
+
+
+@overload
+def need_name(name, who: str, optional: bool = True) -> str | None: ...
 
 
 def need_name(name, who: str, optional: bool = True) -> str | None:

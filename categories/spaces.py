@@ -77,9 +77,6 @@ class Space:
         need_space(other, f"the product {self!r} × B")
         return Product(self, other)
 
-    def __rmul__(self, other):  # reached only when the left side is not a Space
-        need_space(other, f"the product A × {self!r}")
-
     # -- notation ----------------------------------------------------------------------------
     def latex(self) -> str:
         """The space in LaTeX mathematical notation (without dollars); a kind of space that
