@@ -49,6 +49,11 @@ def pairing(covector_value, vector_value):
     leaves_v = jax.tree_util.tree_leaves(vector_value)
     if len(leaves_c) != len(leaves_v):
         raise CovectorError("pairing a covector and a vector of different structure")
+    shapes = [(shape_of(c), shape_of(v)) for c, v in zip(leaves_c, leaves_v)]  # static
+    if any(c != v for c, v in shapes):
+        i = next(i for i, (c, v) in enumerate(shapes) if c != v)
+        raise CovectorError(f"pairing a covector and a vector of different shapes: leaf {i} of "
+                            f"the covector has shape {shapes[i][0]}, of the vector {shapes[i][1]}")
     return sum((jnp.sum(c * v) for c, v in zip(leaves_c, leaves_v)), jnp.asarray(0.0))
 
 
@@ -109,6 +114,9 @@ class _Tangent:
     def __mul__(self, c):
         if isinstance(c, _Tangent):
             return NotImplemented
+        if not hasattr(c, "dtype") and not isinstance(c, (int, float, np.number)):
+            raise KindError(f"cannot scale a {type(self).__name__} by {type(c).__name__} "
+                            f"{c!r:.40}: a tangent is scaled by a real number")
         return type(self)(_scale(c, self.value), self.space)
 
     __rmul__ = __mul__
@@ -271,20 +279,18 @@ class Linear:
         return Vector if self.on == "vectors" else Covector
 
     def __call__(self, v):
-        if isinstance(v, _Tangent):
-            if not isinstance(v, self.kind):
-                raise CovectorError(
-                    f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
-                    f"got a {type(v).__name__}"
-                )
-            # shapes only (static: once per trace under jit), as a Smooth map checks its point
-            why = self.dom.mismatch(v.value, f"the argument of {self.name}")
-            if why:
-                raise DomainError(why)
-            w = self.apply(v.value)
-            check_landed(self, w)
-            return self.kind(w, self.cod)
-        return self.apply(v)
+        tangent = isinstance(v, _Tangent)
+        if tangent and not isinstance(v, self.kind):
+            raise CovectorError(f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
+                                f"got a {type(v).__name__}")
+        value = v.value if tangent else v  # a Vector (Covector), or its raw value
+        # shapes only (static: once per trace under jit), as a Smooth map checks its point
+        why = self.dom.mismatch(value, f"the argument of {self.name}")
+        if why:
+            raise DomainError(why)
+        w = self.apply(value)
+        check_landed(self, w)
+        return self.kind(w, self.cod) if tangent else w
 
     def dual(self) -> "Linear":
         """The transpose A* : cod* → dom*, ⟨A* y', v⟩ = ⟨y', A v⟩ (computed by `jax.linear_transpose`)."""
@@ -332,7 +338,7 @@ class Linear:
     def matrix(self) -> jnp.ndarray:
         """The matrix in the standard bases, shape (cod.size, dom.size), for tests."""
         dom_leaves = _basis_columns(self.dom)
-        cols = [flatten_value(self.apply(e), self.cod) for e in dom_leaves]
+        cols = [flatten_value(self(e), self.cod) for e in dom_leaves]
         if not cols:
             return jnp.zeros((self.cod.size, 0))
         return jnp.stack(cols, axis=1)
@@ -383,6 +389,9 @@ def flatten_value(x, space: Space) -> jnp.ndarray:
         (7,)
     """
     need_space(space, "flatten_value")
+    why = space.mismatch(x, "x")
+    if why:
+        raise DomainError(f"flatten_value: {why}")
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
         return jnp.zeros((space.size,))

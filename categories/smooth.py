@@ -198,6 +198,12 @@ def _binary(AB: Space, who: str) -> Product:
     return AB
 
 
+def _product(who: str, A, B) -> Product:
+    """A × B, for two Spaces (`KindError` naming `who` else)."""
+    _spaces(who, A, B)
+    return Product(A, B)
+
+
 def fst(A: Space, B: Space | None = None) -> Smooth:
     """π₀ : A × B → A (also `fst(A × B)`).
 
@@ -205,7 +211,7 @@ def fst(A: Space, B: Space | None = None) -> Smooth:
         >>> float(fst(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))))
         1.0
     """
-    AB = _binary(A, "fst") if B is None else A * B
+    AB = _binary(A, "fst") if B is None else _product("fst", A, B)
     return Smooth(AB, AB.factors[0], lambda ab: ab[0], "π₀")
 
 
@@ -216,7 +222,7 @@ def snd(A: Space, B: Space | None = None) -> Smooth:
         >>> snd(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))).tolist()
         [0.0, 0.0]
     """
-    AB = _binary(A, "snd") if B is None else A * B
+    AB = _binary(A, "snd") if B is None else _product("snd", A, B)
     return Smooth(AB, AB.factors[1], lambda ab: ab[1], "π₁")
 
 
@@ -275,6 +281,7 @@ def constant(A: Space, B: Space, value) -> Smooth:
         >>> float(constant(R(2), R(), jnp.asarray(7.0))(jnp.zeros(2)))
         7.0
     """
+    _spaces("constant", A, B)
     B.check(value, "the value of a constant map")
     return Smooth(A, B, lambda x: value, "const")
 

@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from categories import (Covector, Linear, OpenBall, OpenBox, Para, Positive, R, Smooth, Vector,
-                        check_composable, dual, euclidean, flatten_value, linear_smooth,
-                        para_identity, para_of, reverse_derivative, slot_uses)
+from categories import (D, Covector, Linear, OpenBall, OpenBox, Para, Positive, R, Smooth,
+                        Vector, check_composable, constant, dual, euclidean, flatten_value,
+                        fst, linear_smooth, pairing, para_identity, para_of,
+                        reverse_derivative, slot_uses, snd)
 from categories.errors import (CovectorError, DimensionError, DomainError, HyperparameterError,
                                KindError, ParalensError, SlotError, SpaceMismatch)
 from categories.numbers import ROOM, too_narrow
@@ -165,6 +166,19 @@ CASES = [
     (lambda: D23 * 2, KindError, "a lens has no *; put two lenses side by side with @"),
     (lambda: 2 * D23, KindError, "cannot form int 2 * dense(2→3): a lens has no *"),
     (lambda: D23 * D23, KindError, "a lens has no *"),
+    # the ambient category's helpers: spaces, shapes, factors
+    (lambda: constant(R(2), None, 1.0), KindError, "constant needs a Space"),
+    (lambda: snd(None, R()), KindError, "snd needs a Space"),
+    (lambda: fst(R(), "R"), KindError, "fst needs a Space"),
+    (lambda: pairing(jnp.ones(3), X2), CovectorError,
+     "leaf 0 of the covector has shape (3,), of the vector (2,)"),
+    (lambda: flatten_value(jnp.ones(3), R(2)), DomainError, "flatten_value: x is not a point of R^2"),
+    (lambda: Vector(X2, R(2)) * "x", KindError, "cannot scale a Vector by str 'x'"),
+    (lambda: None * Covector(X2, R(2)), KindError, "cannot scale a Covector by NoneType None"),
+    (lambda: Linear(R(2), R(3), lambda v: v, name="short").matrix(), SpaceMismatch,
+     "short : R^2 → R^3 does not land in its codomain"),
+    (lambda: D(SIN, X2)(None), DomainError, "the argument of dsin is not a point of R^2"),
+    (lambda: D(SIN, X2)(jnp.ones(3)), DomainError, "the argument of dsin is not a point of R^2"),
 ]
 
 
@@ -266,3 +280,12 @@ def test_a_smooth_map_times_a_number_is_its_multiple():
     for c in (2, 2.0, jnp.asarray(2.0)):
         assert (SIN * c)(x).tolist() == pytest.approx([2 * 0.479425538604203, -2 * 0.8414709848078965])
         assert (c * SIN)(x).tolist() == pytest.approx([2 * 0.479425538604203, -2 * 0.8414709848078965])
+
+
+def test_a_differential_takes_a_raw_tangent_of_its_shape_and_gives_the_jvp():
+    # d sin_x (v) = cos(x) ⊙ v, by hand, on a raw value and on a Vector
+    x, v = jnp.array([0.0, 1.0]), jnp.array([2.0, 3.0])
+    expected = [2.0 * 1.0, 3.0 * 0.5403023058681398]
+    assert D(SIN, x)(v).tolist() == pytest.approx(expected)
+    assert D(SIN, x)(Vector(v, R(2))).value.tolist() == pytest.approx(expected)
+    assert float(pairing(jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))) == 11.0
