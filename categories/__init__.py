@@ -3,7 +3,7 @@
 Knows nothing of learning. `lenses` builds on it.
 """
 
-from ._compose import check_composable
+from ._compose import check_composable, need_operand
 from ._version import __version__
 from .errors import (CATALOGUE, CheckpointError, CheckpointMismatch, CovectorError, DimensionError,
                      DomainError, HyperparameterError, KindError, LayoutError, MetricError, MissingExtraError, NonFiniteError,
@@ -22,7 +22,7 @@ __all__ = [
     "Space", "R", "OpenBox", "OpenBall", "Positive", "Product", "euclidean",
     # spaces and maps: smooth maps and the cartesian structure
     "Smooth", "smooth_identity", "pair", "fst", "snd", "projection", "diagonal", "smooth_discard",
-    "swap", "constant", "scale", "check_composable",
+    "swap", "constant", "scale", "check_composable", "need_operand",
     # spaces and maps: vectors, covectors, linear maps and the functors D and dual
     "Vector", "Covector", "Linear", "pairing", "linear_identity", "flatten_value",
     "unflatten_value", "unwrap", "D", "dual", "pullback", "reverse_derivative", "linear_smooth",

@@ -8,6 +8,7 @@ one wording, naming both morphisms and both spaces.
 from __future__ import annotations
 
 from .errors import KindError, SpaceMismatch
+from .numbers import need_name
 from .spaces import Space
 
 
@@ -22,7 +23,20 @@ def check_composable(f, g, why: str | None = None) -> None:
         Traceback (most recent call last):
             ...
         categories.errors.SpaceMismatch: cannot compose f : R^2 → R^3 with f : R^2 → R^3: the...
+        >>> check_composable(None, f)
+        Traceback (most recent call last):
+            ...
+        categories.errors.KindError: check_composable needs two morphisms (maps or lenses, ...
     """
+    spaces: tuple
+    try:
+        spaces = (f.dom, f.cod, g.dom, g.cod)
+    except AttributeError:  # not a morphism of any category: None, a string, a function
+        spaces = ()
+    if not spaces or not all(isinstance(s, Space) for s in spaces):
+        raise KindError(f"check_composable needs two morphisms (maps or lenses, each with spaces "
+                        f"dom and cod, e.g. Smooth(R(2), R(3), fn)), got {type(f).__name__} "
+                        f"{f!r:.40} and {type(g).__name__} {g!r:.40}")
     if f.cod == g.dom and why is None:
         return
     reason = why or f"the codomain {f.cod!r} of {f.name} is not the domain {g.dom!r} of {g.name}"
@@ -30,9 +44,10 @@ def check_composable(f, g, why: str | None = None) -> None:
                     f"{g.name} : {g.dom!r} → {g.cod!r}: {reason}")
 
 
-def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
-    """Raise a `KindError` naming `kind` unless dom and cod are Spaces and fn is callable: the
-    one constructor check of a map given by a function (`Smooth`, `Linear`).
+def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn", name=None) -> None:
+    """Raise a `KindError` naming `kind` unless dom and cod are Spaces, fn is callable and the
+    name is None or a string: the one constructor check of a map given by a function (`Smooth`,
+    `Linear`, `Para`).
 
     Examples:
         >>> from categories._compose import check_map_parts
@@ -50,6 +65,24 @@ def check_map_parts(kind: str, dom, cod, fn, arg: str = "fn") -> None:
         example = "lambda a, p: ..." if kind == "Para" else "lambda x: ..."
         raise KindError(f"{kind}({dom!r}, {cod!r}, {arg}): {arg} must be a function of {takes}, "
                         f"got {type(fn).__name__} {fn!r}: pass e.g. {example}")
+    need_name(name, kind)
+
+
+def need_operand(f, op: str, other, kind: type, takes: str) -> None:
+    """Refuse (`KindError`) `f op other` where other is not a `kind`, naming both sides and
+    what the operator takes (`takes`): the one refusal of an operand of a map's operator
+    (`>>`, `*`, `+`, `@`), instead of Python's AttributeError or "unsupported operand".
+
+    Examples:
+        >>> from categories import need_operand
+        >>> f = Smooth(R(2), R(2), lambda x: x, "f")
+        >>> need_operand(f, "+", None, Smooth, "the pointwise sum adds two smooth maps")
+        Traceback (most recent call last):
+            ...
+        categories.errors.KindError: cannot form f + NoneType None: the pointwise sum adds two smooth maps
+    """
+    if not isinstance(other, kind):
+        raise KindError(f"cannot form {f.name} {op} {type(other).__name__} {other!r:.40}: {takes}")
 
 
 def check_landed(m, y) -> None:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._compose import check_composable, check_landed, check_map_parts
+from ._compose import check_composable, check_landed, check_map_parts, need_operand
 from .points import describe, is_concrete, shape_of
 from .spaces import Product, Space, need_space
 from .errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
@@ -49,6 +49,11 @@ def pairing(covector_value, vector_value):
     leaves_v = jax.tree_util.tree_leaves(vector_value)
     if len(leaves_c) != len(leaves_v):
         raise CovectorError("pairing a covector and a vector of different structure")
+    shapes = [(shape_of(c), shape_of(v)) for c, v in zip(leaves_c, leaves_v)]  # static
+    if any(c != v for c, v in shapes):
+        i = next(i for i, (c, v) in enumerate(shapes) if c != v)
+        raise CovectorError(f"pairing a covector and a vector of different shapes: leaf {i} of "
+                            f"the covector has shape {shapes[i][0]}, of the vector {shapes[i][1]}")
     return sum((jnp.sum(c * v) for c, v in zip(leaves_c, leaves_v)), jnp.asarray(0.0))
 
 
@@ -109,6 +114,9 @@ class _Tangent:
     def __mul__(self, c):
         if isinstance(c, _Tangent):
             return NotImplemented
+        if not hasattr(c, "dtype") and not isinstance(c, (int, float, np.number)):
+            raise KindError(f"cannot scale a {type(self).__name__} by {type(c).__name__} "
+                            f"{c!r:.40}: a tangent is scaled by a real number")
         return type(self)(_scale(c, self.value), self.space)
 
     __rmul__ = __mul__
@@ -237,6 +245,10 @@ def unwrap(x):
     return x.value if isinstance(x, _Tangent) else x
 
 
+#: what a linear map's operators take
+_TAKES = "a linear map combines with a linear map (a Linear, e.g. D(f, x))"
+
+
 class Linear:
     """A linear map dom → cod between tangent spaces (`on="covectors"`: between cotangent spaces).
 
@@ -250,7 +262,7 @@ class Linear:
     """
 
     def __init__(self, dom: Space, cod: Space, apply, transpose=None, on="vectors", name=None):
-        check_map_parts("Linear", dom, cod, apply, "apply")
+        check_map_parts("Linear", dom, cod, apply, "apply", name=name)
         if transpose is not None and not callable(transpose):
             raise KindError(f"Linear: transpose must be a function (the dual map's apply) or "
                             f"None, got {type(transpose).__name__} {transpose!r}")
@@ -267,20 +279,18 @@ class Linear:
         return Vector if self.on == "vectors" else Covector
 
     def __call__(self, v):
-        if isinstance(v, _Tangent):
-            if not isinstance(v, self.kind):
-                raise CovectorError(
-                    f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
-                    f"got a {type(v).__name__}"
-                )
-            # shapes only (static: once per trace under jit), as a Smooth map checks its point
-            why = self.dom.mismatch(v.value, f"the argument of {self.name}")
-            if why:
-                raise DomainError(why)
-            w = self.apply(v.value)
-            check_landed(self, w)
-            return self.kind(w, self.cod)
-        return self.apply(v)
+        tangent = isinstance(v, _Tangent)
+        if tangent and not isinstance(v, self.kind):
+            raise CovectorError(f"{self.name} : {self.dom!r} → {self.cod!r} acts on {self.on}, "
+                                f"got a {type(v).__name__}")
+        value = v.value if tangent else v  # a Vector (Covector), or its raw value
+        # shapes only (static: once per trace under jit), as a Smooth map checks its point
+        why = self.dom.mismatch(value, f"the argument of {self.name}")
+        if why:
+            raise DomainError(why)
+        w = self.apply(value)
+        check_landed(self, w)
+        return self.kind(w, self.cod) if tangent else w
 
     def dual(self) -> "Linear":
         """The transpose A* : cod* → dom*, ⟨A* y', v⟩ = ⟨y', A v⟩ (computed by `jax.linear_transpose`)."""
@@ -303,6 +313,7 @@ class Linear:
 
     def __rshift__(self, other: "Linear") -> "Linear":
         """Diagrammatic composite: first self, then other."""
+        need_operand(self, ">>", other, Linear, _TAKES)
         check_composable(self, other, None if self.on == other.on else
                          f"{self.name} acts on {self.on}, {other.name} on {other.on}")
         f, g = self.apply, other.apply
@@ -313,10 +324,12 @@ class Linear:
 
     def compose(self, first: "Linear") -> "Linear":
         """self ∘ first (applicative order)."""
+        need_operand(self, "∘", first, Linear, _TAKES)
         return first >> self
 
     def __mul__(self, other: "Linear") -> "Linear":
         """The product map A × C → B × D, (u, w) ↦ (self u, other w)."""
+        need_operand(self, "*", other, Linear, _TAKES)
         f, g = self.apply, other.apply
         return Linear(self.dom * other.dom, self.cod * other.cod,
                       lambda uw: (f(uw[0]), g(uw[1])), on=self.on,
@@ -325,7 +338,7 @@ class Linear:
     def matrix(self) -> jnp.ndarray:
         """The matrix in the standard bases, shape (cod.size, dom.size), for tests."""
         dom_leaves = _basis_columns(self.dom)
-        cols = [flatten_value(self.apply(e), self.cod) for e in dom_leaves]
+        cols = [flatten_value(self(e), self.cod) for e in dom_leaves]
         if not cols:
             return jnp.zeros((self.cod.size, 0))
         return jnp.stack(cols, axis=1)
@@ -376,6 +389,9 @@ def flatten_value(x, space: Space) -> jnp.ndarray:
         (7,)
     """
     need_space(space, "flatten_value")
+    why = space.mismatch(x, "x")
+    if why:
+        raise DomainError(f"flatten_value: {why}")
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
         return jnp.zeros((space.size,))

@@ -1,5 +1,7 @@
 """Numbers an argument is: an integer (a count, a period, a dimension) or one finite real
-number (a rate, a damping, a radius, an eps), checked once for every entry point.
+number (a rate, a damping, a radius, an eps), checked once for every entry point; and the two
+other scalars a constructor takes: a switch (`flag`: True or False, not whatever is truthy)
+and a name (`need_name`: a string).
 
 Examples:
     >>> from categories.numbers import integer, real_number
@@ -16,11 +18,12 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from typing import Literal, overload
 
 import jax
 import numpy as np
 
-from .errors import HyperparameterError
+from .errors import HyperparameterError, KindError
 
 
 def integer(n, what: str, least: int = 0, most: int | None = None,
@@ -73,6 +76,56 @@ def real_number(x, what: str, *, least: float | None = None, above: float | None
     return value
 
 
+def flag(x, who: str, allowed: str = "True or False") -> bool:
+    """x if it is True or False (a numpy bool welcome), else `KindError` naming `who`: a
+    documented switch is not read by the truthiness of whatever came ("no" is true).
+
+    Examples:
+        >>> from categories.numbers import flag
+        >>> flag(True, "check")
+        True
+        >>> flag("no", "Smooth: check")
+        Traceback (most recent call last):
+        ...
+        categories.errors.KindError: Smooth: check must be True or False, got str 'no'
+    """
+    if not isinstance(x, (bool, np.bool_)):
+        raise KindError(f"{who} must be {allowed}, got {type(x).__name__} {x!r}")
+    return bool(x)
+
+
+def optional_flag(x, who: str) -> bool | None:
+    """`flag`, or None where None is the switch's default (decided later)."""
+    return None if x is None else flag(x, who, "True, False or None")
+
+
+@overload
+def need_name(name, who: str, optional: Literal[False]) -> str: ...
+
+
+@overload
+def need_name(name, who: str, optional: bool = True) -> str | None: ...
+
+
+def need_name(name, who: str, optional: bool = True) -> str | None:
+    """name if it is a string (None too, where `optional`: the default name), else `KindError`
+    naming `who`: a name is shown in terms, pictures and every error message.
+
+    Examples:
+        >>> from categories.numbers import need_name
+        >>> need_name("scale", "Layer"), need_name(None, "Layer")
+        ('scale', None)
+        >>> need_name(3, "Layer")
+        Traceback (most recent call last):
+        ...
+        categories.errors.KindError: Layer: the name must be a string (e.g. "scale"), got int 3
+    """
+    if (name is None and optional) or isinstance(name, str):
+        return name
+    raise KindError(f"{who}: the name must be a string (e.g. \"scale\"), got "
+                    f"{type(name).__name__} {name!r:.40}")
+
+
 #: the float32 steps an open interval must span: a point strictly inside must be
 #: representable, with room for what keeps a point inside (a retraction's clamp a few steps
 #: inside a bound, a draw at 5% of the width) to land strictly between the bounds, not on one
@@ -99,4 +152,5 @@ def too_narrow(lo, hi) -> bool:
         return bool(np.any(hi - lo < ROOM * step))
 
 
-__all__ = ["integer", "real_number", "too_narrow", "ROOM", "NARROW"]
+__all__ = ["integer", "real_number", "flag", "optional_flag", "need_name", "too_narrow", "ROOM",
+           "NARROW"]

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._compose import check_composable, check_map_parts
+from ._compose import check_composable, check_landed, check_map_parts, need_operand
 from .errors import KindError, SlotError, SpaceMismatch
 from .smooth import Smooth, need_smooth
 from .spaces import Product, R, Space, euclidean, need_space
@@ -64,7 +64,7 @@ class Para(Parameterised):
     """
 
     def __init__(self, dom: Space, cod: Space, param: Space, fn, name: str | None = None):
-        check_map_parts("Para", dom, cod, fn)
+        check_map_parts("Para", dom, cod, fn, name=name)
         need_space(param, "Para: the parameter object")
         self.dom, self.cod, self.param, self.fn = dom, cod, param, fn
         self.name: str = name if name else str(getattr(fn, "__name__", "f"))
@@ -74,15 +74,18 @@ class Para(Parameterised):
         # per call: a chain runs its parts' `fn`, unchecked, between its own ends.
         self.dom.check(a, f"the argument of {self.name}")
         self.param.check(p, f"the parameters of {self.name}")
-        return self.fn(a, p)
+        b = self.fn(a, p)
+        check_landed(self, b)  # shapes only: static, once per trace under jit
+        return b
 
     def __rshift__(self, other: "Para") -> "Para":
-        if not isinstance(other, Para):
-            return NotImplemented
+        need_operand(self, ">>", other, Para, "a parameterised map composes with a "
+                     "parameterised map (a Para, e.g. Para(R(2), R(2), R(), lambda a, p: p * a))")
         return ParaChain(chain_parts(self, other))  # the chain checks that its parts compose
 
     def reparam(self, r: Smooth, name: str | None = None) -> "Para":
         """The 2-cell along r : Q → P: the map (Q, (a, q) ↦ f(a, r q))."""
+        need_smooth(r, f"{self.name}.reparam")
         if r.cod != self.param:
             raise SpaceMismatch(
                 f"cannot reparameterise {self.name} (parameters {self.param!r}) along "
@@ -278,6 +281,7 @@ def slot_uses(r: Smooth, inner_uses: Sequence[int], seed: int = 0) -> tuple:
         >>> slot_uses(tying_map(R() * R(), [0, 1]), [1, 1])
         (2,)
     """
+    need_smooth(r, "slot_uses")
     Q, P = r.dom, r.cod
     key = jax.random.PRNGKey(seed)
     # Any point and any direction with no zero coordinate will do; zeros and ones need no

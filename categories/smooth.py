@@ -12,9 +12,10 @@ from typing import Callable
 import jax
 import numpy as np
 
-from ._compose import check_composable, check_landed, check_map_parts
+from ._compose import check_composable, check_landed, check_map_parts, need_operand
 from .spaces import DomainError, Product, R, Space, euclidean, need_space
 from .dimensions import dimension
+from .numbers import flag
 from .points import is_real_dtype
 from .errors import DimensionError, KindError, SpaceMismatch
 
@@ -39,10 +40,10 @@ class Smooth:
     section: Callable | None = None
 
     def __init__(self, dom: Space, cod: Space, fn, name: str | None = None, check: bool = True):
-        check_map_parts("Smooth", dom, cod, fn)
+        check_map_parts("Smooth", dom, cod, fn, name=name)
         self.dom, self.cod, self.fn = dom, cod, fn
         self.name = name or getattr(fn, "__name__", "f")
-        self._check = check
+        self._check = flag(check, f"Smooth {self.name}: check")
 
     @property
     def checked(self) -> bool:
@@ -63,10 +64,8 @@ class Smooth:
 
     # -- composition (the one definition of ≫ in this category) -----------------------------
     def __rshift__(self, other: "Smooth") -> "Smooth":
-        if not isinstance(other, Smooth):
-            raise KindError(f"cannot form {self.name} >> {type(other).__name__} {other!r:.40}: "
-                            "a smooth map composes with a smooth map (e.g. "
-                            "Smooth(R(), R(), jnp.sin, 'sin'))")
+        need_operand(self, ">>", other, Smooth, "a smooth map composes with a smooth map (e.g. "
+                     "Smooth(R(), R(), jnp.sin, 'sin'))")
         check_composable(self, other)
         f, g = self.fn, other.fn
         if self._check:  # what f gives g is checked against f's codomain (static: once a trace)
@@ -82,22 +81,22 @@ class Smooth:
         return y
 
     def __mul__(self, other: "Smooth") -> "Smooth":
-        """f × g : A × C → B × D, (a, c) ↦ (f a, g c)."""
-        if not isinstance(other, Smooth):
-            if isinstance(other, (int, float)):
-                return scale(other, self)
-            return NotImplemented
+        """f × g : A × C → B × D, (a, c) ↦ (f a, g c); f * c, for a real number c, is c·f."""
+        if _factor(other):
+            return scale(other, self)
+        need_operand(self, "*", other, Smooth, _TIMES)
         f, g = self.fn, other.fn
         return Smooth(self.dom * other.dom, self.cod * other.cod, lambda ac: (f(ac[0]), g(ac[1])),
                       f"({self.name} × {other.name})")
 
-    def __rmul__(self, c):
-        if isinstance(c, (int, float)) or getattr(c, "shape", None) == ():
-            return scale(c, self)
-        return NotImplemented
+    def __rmul__(self, c):  # reached only when c is not a Smooth map
+        if not _factor(c):
+            raise KindError(f"cannot form {type(c).__name__} {c!r:.40} * {self.name}: {_TIMES}")
+        return scale(c, self)
 
     def __add__(self, other: "Smooth") -> "Smooth":
         """Pointwise sum f + g : A → B, for a Euclidean codomain B."""
+        need_operand(self, "+", other, Smooth, "the pointwise sum adds two smooth maps A → B")
         if self.dom != other.dom or self.cod != other.cod:
             raise SpaceMismatch(
                 f"cannot add {self.name} : {self.dom!r} → {self.cod!r} and "
@@ -120,6 +119,17 @@ def _need_euclidean(space: Space, op: str) -> None:
         raise SpaceMismatch(f"{op} needs a Euclidean codomain (a vector space), got {space!r}")
 
 
+#: what `*` takes beside a smooth map
+_TIMES = "* takes a smooth map (the product f × g) or a real number (the multiple c·f)"
+
+
+def _factor(c) -> bool:
+    """Is c one real number (Python's, numpy's or a 0-d real array; not a bool), a factor?"""
+    return not isinstance(c, (bool, np.bool_)) and (
+        isinstance(c, (int, float, np.integer, np.floating))
+        or (hasattr(c, "dtype") and np.ndim(c) == 0 and is_real_dtype(c.dtype)))
+
+
 def scale(c, f: Smooth) -> Smooth:
     """The scalar multiple c·f, for a Euclidean codomain.
 
@@ -128,9 +138,7 @@ def scale(c, f: Smooth) -> Smooth:
         6.0
     """
     need_smooth(f, "scale(c, f)")
-    if isinstance(c, (bool, np.bool_)) or not (
-            isinstance(c, (int, float, np.integer, np.floating))
-            or (hasattr(c, "dtype") and np.ndim(c) == 0 and is_real_dtype(c.dtype))):
+    if not _factor(c):
         raise KindError(f"scale(c, f): c must be a real number (the factor), got "
                         f"{type(c).__name__} {c!r}")
     _need_euclidean(f.cod, "scalar multiplication")
@@ -190,6 +198,12 @@ def _binary(AB: Space, who: str) -> Product:
     return AB
 
 
+def _product(who: str, A, B) -> Product:
+    """A × B, for two Spaces (`KindError` naming `who` else)."""
+    _spaces(who, A, B)
+    return Product(A, B)
+
+
 def fst(A: Space, B: Space | None = None) -> Smooth:
     """π₀ : A × B → A (also `fst(A × B)`).
 
@@ -197,7 +211,7 @@ def fst(A: Space, B: Space | None = None) -> Smooth:
         >>> float(fst(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))))
         1.0
     """
-    AB = _binary(A, "fst") if B is None else A * B
+    AB = _binary(A, "fst") if B is None else _product("fst", A, B)
     return Smooth(AB, AB.factors[0], lambda ab: ab[0], "π₀")
 
 
@@ -208,7 +222,7 @@ def snd(A: Space, B: Space | None = None) -> Smooth:
         >>> snd(R(), R(2))((jnp.asarray(1.0), jnp.zeros(2))).tolist()
         [0.0, 0.0]
     """
-    AB = _binary(A, "snd") if B is None else A * B
+    AB = _binary(A, "snd") if B is None else _product("snd", A, B)
     return Smooth(AB, AB.factors[1], lambda ab: ab[1], "π₁")
 
 
@@ -267,6 +281,7 @@ def constant(A: Space, B: Space, value) -> Smooth:
         >>> float(constant(R(2), R(), jnp.asarray(7.0))(jnp.zeros(2)))
         7.0
     """
+    _spaces("constant", A, B)
     B.check(value, "the value of a constant map")
     return Smooth(A, B, lambda x: value, "const")
 

@@ -74,8 +74,7 @@ class Space:
         return R(*self.shape)
 
     def __mul__(self, other: "Space") -> "Product":
-        if not isinstance(other, Space):
-            return NotImplemented
+        need_space(other, f"the product {self!r} × B")
         return Product(self, other)
 
     # -- notation ----------------------------------------------------------------------------

@@ -114,9 +114,15 @@ def check_backward(lens: ParaLens, a, p, b_cov, eps: float = 1e-6, tol: float | 
 def largest_slope(p_cov):
     """max |p'_i| over the parameterised slots; None when no slot has parameters (no movement).
 
+    p' is a parameter covector: a `Covector`, or its value, a pytree of real arrays. None is
+    accepted as a value: it is the covector of a lens without parameters (on R^0, e.g.
+    `tanh.at(R(2))`), whose largest slope is None. Anything else is refused (`CovectorError`).
+
     Examples:
         >>> float(largest_slope(Covector((jnp.array([1.0, -3.0]), None)))), largest_slope(Covector((None, None)))
         (3.0, None)
+        >>> largest_slope(None) is None
+        True
     """
     leaves = jax.tree_util.tree_leaves(unwrap(p_cov))
     for leaf in leaves:

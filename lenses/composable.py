@@ -65,15 +65,26 @@ class Composable(Drawable):
     def __rmatmul__(self, other):  # reached only when the left side is not a lens
         refuse_operand(other, "@", self)
 
+    def __mul__(self, other):  # a lens has no `*`: refused, pointing to `@`
+        refuse_operand(self, "*", other)
+
+    def __rmul__(self, other):
+        refuse_operand(other, "*", self)
+
 
 def refuse_operand(left, op: str, right) -> None:
     """Refuse (`KindError`) `left op right` (op `>>` or `@`) where a side is not a lens or a
-    family of lenses, naming both sides and how to make a function a lens."""
+    family of lenses, naming both sides and how to make a function a lens; and `left * right`
+    with a lens on either side (lenses have no `*`: their parallel product is `@`)."""
     def side(x):
         if isinstance(x, Composable):
             return x.name
         fn = getattr(x, "__name__", None)
         return f"the function {fn}" if fn and callable(x) else f"{type(x).__name__} {x!r:.40}"
+    if op == "*":
+        raise KindError(f"cannot form {side(left)} * {side(right)}: a lens has no *; put two "
+                        "lenses side by side with @ (the parallel product f ⊗ g, e.g. "
+                        "dense(2, 3) @ dense(1, 1)) and compose them with >>")
     bad = right if isinstance(left, Composable) else left
     hint = (f"a JAX function is made a lens by activation(name, fn) (e.g. "
             f"activation('tanh', jnp.tanh), or use lenses.tanh)" if getattr(bad, "__name__", None)

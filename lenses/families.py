@@ -19,7 +19,7 @@ from categories.errors import KindError, SpaceMismatch
 
 from . import picture
 from .composable import Composable, refuse_operand
-from .inputs import flag, need_callable, need_space
+from .inputs import flag, need_callable, need_name, need_reparam, need_space
 
 
 class LensFamily(Composable):
@@ -37,9 +37,7 @@ class LensFamily(Composable):
     def __init__(self, make: Callable[[Space], object], name: str, smooth: bool = True,
                  endo: bool = False):
         need_callable(make, f"the make of the family {name!r}")
-        if not isinstance(name, str):
-            raise KindError(f"a family's name must be a string, got {type(name).__name__} {name!r}")
-        self._make, self.name = make, name
+        self._make, self.name = make, need_name(name, "a family of lenses", optional=False)
         self.smooth, self.endo = flag(smooth, f"{name}: smooth"), flag(endo, f"{name}: endo")
         self._members: dict = {}
 
@@ -99,6 +97,8 @@ class LensFamily(Composable):
         return _beside(other, self)
 
     def reparam(self, r, init=None, name=None):
+        need_reparam(r, init, self.name, None)  # its codomain is checked member by member
+        need_name(name, f"{self.name}.reparam")
         return self.lift(lambda member: member.reparam(r, init, name))
 
     # -- what only lenses can do ---------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 
 from categories import Product, Smooth, Space, Vector, check_composable
 from categories.spaces import need_space
+from categories.numbers import flag, need_name, optional_flag
 from categories.errors import CovectorError, DomainError, KindError, ShapeError, SpaceMismatch
 from categories.linear import unwrap
 from categories.points import describe, real_dtype_mismatch
@@ -77,30 +78,28 @@ def need_callable(fn, who: str, optional: bool = False) -> None:
         raise KindError(f"{who} must be a function, got {type(fn).__name__} {fn!r:.40}")
 
 
-def need_reparam(r, init, name: str, P: Space) -> None:
+def need_reparam(r, init, name: str, P: Space | None) -> None:
     """Refuse (`KindError`) a reparameterisation of the lens `name` (parameters P) along what
     is not a smooth map, or with an init that is not a function; `SpaceMismatch` along a map
-    r : Q → P' whose codomain is not P."""
+    r : Q → P' whose codomain is not P (P None: a family's, known member by member)."""
     if not isinstance(r, Smooth):
-        raise KindError(f"{name}.reparam needs a smooth map r : Q → {P!r} (a Smooth), got "
-                        f"{type(r).__name__} {r!r:.40}")
+        raise KindError(f"{name}.reparam needs a smooth map r : Q → {'P' if P is None else repr(P)} "
+                        f"(a Smooth), got {type(r).__name__} {r!r:.40}")
     need_callable(init, f"the init of {name}.reparam", optional=True)
-    if r.cod != P:
+    if P is not None and r.cod != P:
         raise SpaceMismatch(f"cannot reparameterise {name} (parameters {P!r}) along "
                             f"{r.name} : {r.dom!r} → {r.cod!r}")
 
 
-def flag(x, who: str, allowed: str = "True or False") -> bool:
-    """x if it is True or False (a numpy bool welcome), else `KindError` naming `who`: a
-    documented switch is not read by the truthiness of whatever came ("no" is true)."""
-    if not isinstance(x, (bool, np.bool_)):
-        raise KindError(f"{who} must be {allowed}, got {type(x).__name__} {x!r}")
-    return bool(x)
-
-
-def optional_flag(x, who: str) -> bool | None:
-    """`flag`, or None where None is the switch's default (decided later)."""
-    return None if x is None else flag(x, who, "True, False or None")
+def check_init(p, param: Space, name: str):
+    """p, the point the init of the lens `name` gave, if it is a point of its parameter object
+    `param`: `SpaceMismatch` for another structure or shape, `DomainError` for NaN, infinity
+    or (where the values are concrete) a point outside the open set."""
+    why = param.mismatch(p, "its value")
+    if why:
+        raise SpaceMismatch(f"the init of {name} does not give a point of its parameter "
+                            f"object {param!r}: {why}")
+    return param.check(p, f"the point the init of {name} gives")
 
 
 def check_cotangent(space: Space, c, what: str, lead: tuple = ()) -> None:
@@ -194,4 +193,4 @@ def check_batch(dom: Space, X, who: str, concrete_values: bool = False) -> int:
     return found[0][1] if found else 0
 
 
-__all__ = ["as_real", "need_lens", "need_fixed", "need_chain", "need_callable", "need_reparam", "need_space", "flag", "optional_flag", "check_cotangent", "check_finite_covector", "check_batch"]
+__all__ = ["as_real", "need_lens", "need_fixed", "need_chain", "need_callable", "need_reparam", "need_space", "flag", "optional_flag", "need_name", "check_init", "check_cotangent", "check_finite_covector", "check_batch"]

@@ -18,9 +18,9 @@ from categories.errors import CovectorError, KindError, SpaceMismatch
 from categories.points import describe
 
 from . import picture
-from .inputs import flag, need_callable, need_lens
+from .inputs import check_init, flag, need_callable, need_lens, need_name
 from .para_lens import ParaLens
-from .sites import Affine, Site
+from .sites import Affine, Site, need_structure
 
 tree_map = jax.tree_util.tree_map
 
@@ -37,6 +37,9 @@ def _abstract(space: Space):
 class Layer(ParaLens):
     """A primitive lens (P, f, f') : A → B from its forward part f (and optionally f').
 
+    `init`, if given, must give a point of `param` (checked when called: `SpaceMismatch` for
+    another shape, `DomainError` for NaN or a point outside the open set where concrete).
+    `name` is a string; `check` and `smooth` are True or False.
     `structure` declares what structured metrics may use (`Affine(bias=...)` for x ↦ W x + b);
     `node=True` draws it as a dot, as copy, add and discard are drawn (they say which:
     `node="copy"`, `"add"`, `"discard"`, so that a drawing may use its own copy boxes).
@@ -56,12 +59,12 @@ class Layer(ParaLens):
             if not isinstance(space, Space):
                 raise KindError(f"the {what} of a lens must be a Space (e.g. R(3)), got {space!r}")
         self.dom, self.cod, self.param = dom, cod, param
-        self.name = name if name else str(getattr(forward, "__name__", "f"))
+        self.name = need_name(name, "Layer") or str(getattr(forward, "__name__", "f"))
         for what, fn in (("forward", forward), ("backward", backward), ("init", init)):
             need_callable(fn, f"the {what} part of {self.name}", optional=what != "forward")
+        need_structure(structure, self.name)
         if structure is not None:
-            why = structure.mismatch(dom, cod, param) if isinstance(structure, Affine) else \
-                f"it must be None or Affine(bias=...), got {type(structure).__name__} {structure!r:.40}"
+            why = structure.mismatch(dom, cod, param)
             if why:
                 raise KindError(f"the structure {structure!r:.40} declared by {self.name} does "
                                 f"not fit it: {why}")
@@ -69,9 +72,9 @@ class Layer(ParaLens):
             need_lens(at_evaluation, f"the at_evaluation of {self.name}")
         self._forward, self._backward, self._init = forward, backward, init
         self.smooth = flag(smooth, f"the smooth flag of {self.name}")
-        self.structure, self.node = structure, node
+        self.structure, self.node = structure, _node(node, self.name)
         self.at_evaluation = at_evaluation
-        if check:
+        if flag(check, f"the check flag of {self.name}"):
             self._check_forward_shape()
 
     def _check_forward_shape(self):
@@ -139,12 +142,7 @@ class Layer(ParaLens):
         need_key(key)
         if self._init is None:
             return self.param.sample_interior(key)
-        p = self._init(key)
-        why = self.param.mismatch(p, "its value")
-        if why:
-            raise SpaceMismatch(f"the init of {self.name} does not give a point of its parameter "
-                                f"object {self.param!r}: {why}")
-        return p
+        return check_init(self._init(key), self.param, self.name)
 
     def picture(self):
         if self.node and self.param.size == 0:
@@ -154,6 +152,19 @@ class Layer(ParaLens):
 
     def atoms(self):
         return [self]
+
+
+#: how a node is drawn: a dot of one of these kinds (True: "node")
+NODES = ("copy", "add", "discard")
+
+
+def _node(node, name: str):
+    """node if it is True, False or one of `NODES`, else `KindError` naming the layer."""
+    if isinstance(node, str) and node in NODES:
+        return node
+    if isinstance(node, str):
+        raise KindError(f"the node of {name} must be True, False or one of {NODES}, got {node!r}")
+    return flag(node, f"the node of {name}", f"True, False or one of {NODES}")
 
 
 def derived(lens: ParaLens) -> ParaLens:

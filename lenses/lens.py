@@ -4,15 +4,23 @@ Composition (f, f') ≫ (g, g') = (f ≫ g, (a, c') ↦ f'(a, g'(f(a), c'))): th
 part runs first, at the forward value f(a). `lens_of(f) = (f, R[f])` is the functor from
 smooth maps to lenses given by the reverse derivative. Values here are raw pytrees (the
 ambient category's points); `ParaLens` wraps its results as `Covector`s.
+
+A lens checks what it is given and what its parts give, as a smooth map does: `get(a)` takes a
+point of the domain and its value must be shaped as a point of the codomain (`SpaceMismatch`),
+`put(a, b')` takes a point and a covector on the codomain and its value must be a covector on
+the domain (`CovectorError`). Shapes are static (checked once per trace under `jax.jit`); a
+point's values (finite, inside the open set) are checked only where they are concrete.
 """
 
 from __future__ import annotations
 
-from categories import Smooth, Space, reverse_derivative
-from categories import check_composable
-from categories.errors import KindError
+from categories import Smooth, Space, check_composable, need_operand, reverse_derivative
+from categories.errors import KindError, SpaceMismatch
 
-from .inputs import need_callable, need_lens, need_space
+from .inputs import check_cotangent, need_callable, need_lens, need_name, need_space
+
+#: what a lens's operators take
+_TAKES = "a lens composes with a lens (a Lens, e.g. lens_identity(R(2)))"
 
 
 class Lens:
@@ -29,10 +37,32 @@ class Lens:
         need_space(cod, "Lens: the codomain")
         for what, fn in (("get", get), ("put", put)):
             need_callable(fn, f"Lens: {what}")
-        self.dom, self.cod, self.get, self.put = dom, cod, get, put
-        self.name = name or "lens"
+        self.dom, self.cod, self._get, self._put = dom, cod, get, put
+        self.name = need_name(name, "Lens") or "lens"
+
+    def get(self, a):
+        """get(a), a point of the codomain, for a point a of the domain (`DomainError` for
+        another a; `SpaceMismatch` where get's value is not shaped as a point of the codomain)."""
+        self.dom.check(a, f"the argument of get {self.name}")
+        b = self._get(a)
+        why = self.cod.mismatch(b, "its value")
+        if why:
+            raise SpaceMismatch(f"get {self.name} : {self.dom!r} → {self.cod!r} does not land in "
+                                f"its codomain: {why}")
+        return b
+
+    def put(self, a, b_cov):
+        """put(a, b') = a', a covector on the domain, for a point a of the domain and a covector
+        b' on the codomain (`DomainError`, `CovectorError` for others; `CovectorError` where
+        put's value is not a covector on the domain)."""
+        self.dom.check(a, f"the point given to put {self.name}")
+        check_cotangent(self.cod, b_cov, f"the covector given to put {self.name}")
+        a_cov = self._put(a, b_cov)
+        check_cotangent(self.dom, a_cov, f"the value of put {self.name}")
+        return a_cov
 
     def __rshift__(self, other: "Lens") -> "Lens":
+        need_operand(self, ">>", other, Lens, _TAKES)
         check_composable(self, other)
         f, fp, g, gp = self.get, self.put, other.get, other.put
         return Lens(self.dom, other.cod, lambda a: g(f(a)),
@@ -40,6 +70,7 @@ class Lens:
 
     def __matmul__(self, other: "Lens") -> "Lens":
         """The product lens A × C → B × D."""
+        need_operand(self, "@", other, Lens, _TAKES)
         f, fp, g, gp = self.get, self.put, other.get, other.put
         return Lens(self.dom * other.dom, self.cod * other.cod,
                     lambda ac: (f(ac[0]), g(ac[1])),

@@ -35,8 +35,8 @@ from categories.para import Parameterised, slot_uses
 
 from . import picture
 from .composable import Composable, refuse_operand
-from .inputs import (as_real, check_cotangent, check_finite_covector, need_chain, need_fixed,
-                     need_reparam)
+from .inputs import (as_real, check_cotangent, check_finite_covector, check_init, need_chain,
+                     need_fixed, need_name, need_reparam)
 from .sites import Site
 
 
@@ -447,7 +447,7 @@ class Reparam(ParaLens):
         need_reparam(r, init, (lens := need_fixed(lens, "reparam")).name, lens.param)
         self.children, self.r, self._init = (lens,), r, init
         self.dom, self.cod, self.param = lens.dom, lens.cod, r.dom
-        self.name = name or f"{lens.name}[{r.name}]"
+        self.name = need_name(name, f"{lens.name}.reparam") or f"{lens.name}[{r.name}]"
         self.smooth = lens.smooth
 
     @property
@@ -479,7 +479,7 @@ class Reparam(ParaLens):
 
     def init(self, key):
         if self._init is not None:
-            return self._init(key)
+            return check_init(self._init(key), self.param, self.name)
         section = self.r.section  # a left inverse of r (a tying map's): keep the lens's slots
         return section(self.lens.init(key)) if section else self.param.sample_interior(key)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from categories import Product
-from categories.numbers import integer
+from categories.numbers import flag, integer
 from categories.errors import KindError, SlotError
 
 if TYPE_CHECKING:  # the lens that owns a site (its module builds on this one)
@@ -34,7 +34,6 @@ class Affine:
     transposed: bool = False
 
     def __post_init__(self):
-        from .inputs import flag  # (inputs builds on the lens protocol, which builds on this)
         flag(self.bias, "Affine's bias")
         flag(self.transposed, "Affine's transposed")
 
@@ -77,11 +76,20 @@ class Site:
                             f"{type(self.path).__name__} {self.path!r:.40}")
         for i in self.path:
             integer(i, f"Site: the index {i!r} of the path {self.path!r}", 0, error=SlotError)
+        need_structure(self.structure, "Site")
 
     def get(self, p):
         for i in self.path:
             p = p[i]
         return p
+
+
+def need_structure(structure, who: str) -> None:
+    """Refuse (`KindError`, naming `who`) a declared structure that is neither None (nothing
+    declared) nor `Affine`."""
+    if structure is not None and not isinstance(structure, Affine):
+        raise KindError(f"{who}: the structure must be None or Affine(bias=...), got "
+                        f"{type(structure).__name__} {structure!r:.40}")
 
 
 def at_path(p, path: tuple, value):
@@ -93,4 +101,4 @@ def at_path(p, path: tuple, value):
     return tuple(parts)
 
 
-__all__ = ["Affine", "Site", "at_path"]
+__all__ = ["Affine", "Site", "need_structure", "at_path"]

@@ -6,17 +6,38 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from categories import (Covector, OpenBall, OpenBox, Para, Positive, R, Smooth, Vector,
-                        dual, euclidean, flatten_value, linear_smooth, para_identity,
-                        para_of, reverse_derivative)
-from categories.errors import (CovectorError, DomainError, HyperparameterError, KindError,
-                               ParalensError, SlotError, SpaceMismatch)
+from categories import (D, Covector, Linear, OpenBall, OpenBox, Para, Positive, R, Smooth,
+                        Vector, check_composable, constant, dual, euclidean, flatten_value,
+                        fst, linear_smooth, pairing, para_identity, para_of,
+                        reverse_derivative, slot_uses, snd)
+from categories.errors import (CovectorError, DimensionError, DomainError, HyperparameterError,
+                               KindError, ParalensError, SlotError, SpaceMismatch)
 from categories.numbers import ROOM, too_narrow
 from lenses import (Batched, Chain, Checkpointed, Layer, Lens, Parallel, Repeat, Reparam, Site,
-                    Stacked, activation, add, check_backward, dense, family, from_function,
-                    largest_slope, lens_identity, rnn_cell, tanh, unroll)
+                    Stacked, Tied, activation, add, check_backward, dense, draw, expression,
+                    family, from_function, largest_slope, lens_identity, rnn_cell, tanh, unroll)
 
 D23 = dense(2, 3)
+KEY = jax.random.PRNGKey(0)
+X2 = jnp.ones(2)
+#: a lens whose get lands in R^2, not in its codomain R^3; one whose put gives a' of 5 entries
+GETS_BADLY = Lens(R(2), R(3), lambda a: a, lambda a, b: b[:2], "gets_badly")
+PUTS_BADLY = Lens(R(2), R(2), lambda a: a, lambda a, b: jnp.ones(5), "puts_badly")
+SIN = Smooth(R(2), R(2), jnp.sin, "sin")
+L2 = Linear(R(2), R(2), lambda v: 2 * v, name="L")
+SCALE = Para(R(2), R(2), R(), lambda a, p: p * a, "scale")
+
+
+def _init_gives(param, value):
+    return Layer(R(2), R(2), param, lambda a, p: a, name="given", init=lambda k: value)
+
+
+def _rnn():
+    return unroll(rnn_cell(3, 4)).at(R(5, 3))
+
+
+def _r_to_dense():  # r : R^2 → the parameters of dense(2, 3)
+    return Smooth(R(2), D23.param, lambda q: (jnp.ones((3, 2)), jnp.ones(3)), "r")
 
 
 def _family_on_r(A):
@@ -79,6 +100,85 @@ CASES = [
     # add: leaf by leaf, on spaces closed under addition
     (lambda: add(OpenBox(0.0, 1.0, (2,))), DomainError, "closed under addition"),
     (lambda: add(OpenBall([0.0], 1.0)), DomainError, "closed under addition"),
+    # round four: a plain lens checks what it is given and what get and put give
+    (lambda: GETS_BADLY.get(X2), SpaceMismatch, "get gets_badly : R^2 → R^3 does not land"),
+    (lambda: (GETS_BADLY >> lens_identity(R(3))).get(X2), SpaceMismatch, "get gets_badly"),
+    (lambda: PUTS_BADLY.put(X2, X2), CovectorError, "the value of put puts_badly is not a covector"),
+    (lambda: lens_identity(R(2)).get(jnp.ones(3)), DomainError, "the argument of get id"),
+    (lambda: lens_identity(R(2)).put(X2, jnp.ones(3)), CovectorError, "the covector given to put id"),
+    (lambda: lens_identity(R(2)) >> None, KindError, "a lens composes with a lens"),
+    (lambda: lens_identity(R(2)) @ None, KindError, "a lens composes with a lens"),
+    (lambda: lens_identity(R(2)) >> D23, KindError, "a lens composes with a lens"),
+    # an init's point is a point of the parameter object: values too, where concrete
+    (lambda: _init_gives(Positive(2), -jnp.ones(2)).init(KEY), DomainError,
+     "the point the init of given gives lies outside Positive(R^2)"),
+    (lambda: _init_gives(R(2), jnp.full(2, jnp.nan)).init(KEY), DomainError, "not a real number"),
+    (lambda: D23.reparam(_r_to_dense(), init=lambda k: jnp.ones(5)).init(KEY), SpaceMismatch,
+     "the init of dense(2→3)[r] does not give a point of its parameter object R^2"),
+    # names are strings, flags True or False: checked once (categories.numbers)
+    (lambda: Lens(R(2), R(2), lambda a: a, lambda a, b: b, name=3), KindError,
+     "Lens: the name must be a string"),
+    (lambda: Layer(R(2), R(2), R(0), lambda a, p: a, name=3), KindError,
+     "Layer: the name must be a string"),
+    (lambda: Smooth(R(2), R(2), jnp.sin, name=3), KindError, "Smooth: the name must be a string"),
+    (lambda: Linear(R(2), R(2), lambda v: v, name=3), KindError, "Linear: the name must be"),
+    (lambda: Para(R(2), R(2), R(2), lambda a, p: a, name=3), KindError, "Para: the name must be"),
+    (lambda: D23.reparam(Smooth(D23.param, D23.param, lambda q: q), name=3), KindError,
+     "dense(2→3).reparam: the name must be a string"),
+    (lambda: tanh.reparam(Smooth(R(0), R(0), lambda q: q), name=3), KindError,
+     "tanh.reparam: the name must be a string"),
+    (lambda: from_function(lambda t, a: a * t["w"], {"w": X2}, R(2), name=3), KindError,
+     "from_function: the name must be a string"),
+    (lambda: Layer(R(2), R(2), R(0), lambda a, p: a, check="no"), KindError,
+     "the check flag of <lambda> must be True or False, got str 'no'"),
+    (lambda: Smooth(R(2), R(2), jnp.sin, "sin", check="no"), KindError,
+     "Smooth sin: check must be True or False"),
+    (lambda: Layer(R(2), R(2), R(0), lambda a, p: a, node=3), KindError, "the node of <lambda>"),
+    (lambda: Layer(R(2), R(2), R(0), lambda a, p: a, node="dot"), KindError, "'copy', 'add'"),
+    (lambda: expression(D23, types="no"), KindError, "expression: types must be True or False"),
+    (lambda: draw(D23, backward="no"), KindError, "draw: backward must be True or False"),
+    # kinds: what is not a morphism, a cell, a smooth map, a structure
+    (lambda: check_composable(None, None), KindError, "check_composable needs two morphisms"),
+    (lambda: check_composable(D23, "x"), KindError, "check_composable needs two morphisms"),
+    (lambda: Tied(None, None, 3, None), KindError, "Tied (its lens"),
+    (lambda: Tied(_rnn().lens, _rnn().r, 5, None), KindError, "Tied (its cell)"),
+    (lambda: Tied(_rnn().lens, _rnn().r, 0, rnn_cell(3, 4)), DimensionError, "Tied: T must be"),
+    (lambda: Tied(_rnn().lens, _rnn().r, 5, rnn_cell(3, 5)), SpaceMismatch,
+     "of the cell rnn_cell(3→5) are not the domain"),
+    (lambda: SCALE.reparam(None), KindError, "scale.reparam needs a Smooth map"),
+    (lambda: tanh.reparam(None), KindError, "tanh.reparam needs a smooth map"),
+    (lambda: slot_uses(None, [1]), KindError, "slot_uses needs a Smooth map"),
+    (lambda: Site(D23, (), 3), KindError, "Site: the structure must be None or Affine"),
+    # operators: what each takes, naming both sides
+    (lambda: SIN * None, KindError, "cannot form sin * NoneType None: * takes a smooth map"),
+    (lambda: None * SIN, KindError, "cannot form NoneType None * sin"),
+    (lambda: "x" * SIN, KindError, "cannot form str 'x' * sin"),
+    (lambda: SIN + None, KindError, "cannot form sin + NoneType None: the pointwise sum"),
+    (lambda: SIN + 3, KindError, "cannot form sin + int 3"),
+    (lambda: L2 >> None, KindError, "cannot form L >> NoneType None: a linear map combines"),
+    (lambda: L2 * None, KindError, "cannot form L * NoneType None"),
+    (lambda: L2.compose(None), KindError, "cannot form L ∘ NoneType None"),
+    (lambda: SCALE >> None, KindError, "cannot form scale >> NoneType None"),
+    (lambda: SCALE >> 3, KindError, "a parameterised map composes with a parameterised map"),
+    (lambda: Para(R(2), R(3), R(), lambda a, p: p * a, "short")(X2, 1.0), SpaceMismatch,
+     "short : R^2 → R^3 does not land in its codomain"),
+    (lambda: R(2) * None, KindError, "the product R^2 × B needs a Space"),
+    (lambda: D23 * 2, KindError, "a lens has no *; put two lenses side by side with @"),
+    (lambda: 2 * D23, KindError, "cannot form int 2 * dense(2→3): a lens has no *"),
+    (lambda: D23 * D23, KindError, "a lens has no *"),
+    # the ambient category's helpers: spaces, shapes, factors
+    (lambda: constant(R(2), None, 1.0), KindError, "constant needs a Space"),
+    (lambda: snd(None, R()), KindError, "snd needs a Space"),
+    (lambda: fst(R(), "R"), KindError, "fst needs a Space"),
+    (lambda: pairing(jnp.ones(3), X2), CovectorError,
+     "leaf 0 of the covector has shape (3,), of the vector (2,)"),
+    (lambda: flatten_value(jnp.ones(3), R(2)), DomainError, "flatten_value: x is not a point of R^2"),
+    (lambda: Vector(X2, R(2)) * "x", KindError, "cannot scale a Vector by str 'x'"),
+    (lambda: None * Covector(X2, R(2)), KindError, "cannot scale a Covector by NoneType None"),
+    (lambda: Linear(R(2), R(3), lambda v: v, name="short").matrix(), SpaceMismatch,
+     "short : R^2 → R^3 does not land in its codomain"),
+    (lambda: D(SIN, X2)(None), DomainError, "the argument of dsin is not a point of R^2"),
+    (lambda: D(SIN, X2)(jnp.ones(3)), DomainError, "the argument of dsin is not a point of R^2"),
 ]
 
 
@@ -127,3 +227,65 @@ def test_too_narrow_counts_float32_steps():
     assert not too_narrow(1.0, 1.0 + (ROOM + 1) * 2 * step)  # the step at 2.0 is twice that at 1.0
     assert not too_narrow(0.0, 1e-30)
     assert OpenBox(0.0, 1e-3, (2,)).contains(jnp.full(2, 5e-4))
+
+
+def test_a_lens_checks_shapes_under_jit_and_values_only_where_concrete():
+    # shapes are static: refused at trace time
+    with pytest.raises(SpaceMismatch, match="get gets_badly"):
+        jax.jit(GETS_BADLY.get)(X2)
+    # values are not: under jit a point outside the open set passes (nothing to look at) ...
+    outside = -jnp.ones(2)
+    positive = Lens(Positive(2), Positive(2), lambda a: a, lambda a, b: b, "id+")
+    assert jax.jit(positive.get)(outside).tolist() == [-1.0, -1.0]
+    # ... and is refused where it is concrete
+    with pytest.raises(DomainError, match="the argument of get id"):
+        positive.get(outside)
+
+
+def test_a_lens_that_fits_gives_what_its_parts_give():
+    # get(a) = 3a and put(a, b') = 3b' (by hand), through the checks, composed and alone
+    triple = Lens(R(2), R(2), lambda a: 3 * a, lambda a, b: 3 * b, "triple")
+    a, b = jnp.array([1.0, -2.0]), jnp.array([0.5, 4.0])
+    assert triple.get(a).tolist() == [3.0, -6.0]
+    assert triple.put(a, b).tolist() == [1.5, 12.0]
+    both = triple >> triple
+    assert both.get(a).tolist() == [9.0, -18.0]
+    assert both.put(a, b).tolist() == [4.5, 36.0]
+
+
+def test_an_init_is_checked_by_shape_under_jit_and_by_value_where_concrete():
+    def negative(k):  # a draw in (-1.5, -0.5): never a point of Positive(2)
+        return -0.5 - jax.random.uniform(k, (2,))
+
+    below = Layer(R(2), R(2), Positive(2), lambda a, p: a * p, name="below", init=negative)
+    with pytest.raises(DomainError, match="the point the init of below gives lies outside"):
+        below.init(KEY)
+    assert jax.jit(below.init)(KEY).shape == (2,)  # traced: no values to look at
+    with pytest.raises(SpaceMismatch, match="does not give a point"):
+        jax.jit(_init_gives(Positive(2), jnp.ones(3)).init)(KEY)
+    assert _init_gives(Positive(2), jnp.full(2, 0.5)).init(KEY).tolist() == [0.5, 0.5]
+
+
+def test_largest_slope_of_none_is_none_the_covector_of_a_lens_without_parameters():
+    # None is the value of a covector on R^0: a lens without parameters has no slope
+    lens = tanh.at(R(2))
+    _, p_cov = lens.backward(X2, None, X2)
+    assert p_cov.value is None
+    assert largest_slope(p_cov.value) is None and largest_slope(None) is None
+    assert largest_slope(p_cov) is None
+
+
+def test_a_smooth_map_times_a_number_is_its_multiple():
+    x = jnp.array([0.5, -1.0])
+    for c in (2, 2.0, jnp.asarray(2.0)):
+        assert (SIN * c)(x).tolist() == pytest.approx([2 * 0.479425538604203, -2 * 0.8414709848078965])
+        assert (c * SIN)(x).tolist() == pytest.approx([2 * 0.479425538604203, -2 * 0.8414709848078965])
+
+
+def test_a_differential_takes_a_raw_tangent_of_its_shape_and_gives_the_jvp():
+    # d sin_x (v) = cos(x) ⊙ v, by hand, on a raw value and on a Vector
+    x, v = jnp.array([0.0, 1.0]), jnp.array([2.0, 3.0])
+    expected = [2.0 * 1.0, 3.0 * 0.5403023058681398]
+    assert D(SIN, x)(v).tolist() == pytest.approx(expected)
+    assert D(SIN, x)(Vector(v, R(2))).value.tolist() == pytest.approx(expected)
+    assert float(pairing(jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))) == 11.0

@@ -27,7 +27,7 @@ from categories.points import describe
 from categories.errors import KindError, MissingExtraError, SpaceMismatch, UnsupportedError
 
 from ..composable import Composable
-from ..inputs import need_callable
+from ..inputs import need_callable, need_name
 from ..layer import Layer
 from ..para_lens import ParaLens
 from ..sites import Affine, Site
@@ -71,7 +71,7 @@ class Wrapped(ParaLens):
         self._example = tuple(self._unit(leaves, u) for u in self.units)
         self._declared, self._tap = dict(declared or {}), tap
         self._assemble, self.framework = assemble, framework
-        self.dom, self.name = dom, name
+        self.dom, self.name = dom, need_name(name, f"from_{framework}", optional=False)
         self.param = Product(*(_unit_space([jnp.shape(leaves[i]) for i in u]) for u in self.units))
         out = self._out_shape(leaves, dom)
         self.cod = R(*out.shape) if cod is None else _space(cod, f"from_{framework}", "codomain")

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from categories import Product
-from categories.numbers import real_number
+from categories.numbers import flag, real_number
 
 from .. import picture
 from categories.errors import KindError, UnsupportedError
@@ -42,7 +42,7 @@ def expression(lens, types: bool = True) -> str:
     """
     picture.need_drawable(lens, "expression")
     term = lens.term()
-    if not types:
+    if not flag(types, "expression: types"):
         return term
     lines = [f"{term} : {lens.type_str()}"]
     if lens.is_fixed():
@@ -389,6 +389,7 @@ def draw(lens, ax=None, backward: bool = False, fontsize: float = 9.0):
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
     _check_drawing(lens, fontsize, "draw", ax)
+    backward = flag(backward, "draw: backward")
     lay = full_layout(lens)
     if ax is None:
         fig = plt.figure(figsize=_figsize(lay, fontsize))

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from categories import Product, R, Smooth, Space, draws
 
 from ..families import LensFamily, family
-from ..inputs import need_lens
+from ..inputs import need_fixed, need_lens
 from .basic import identity, layer_sizes, lecun_normal
 from ..layer import Layer
 from ..para_lens import Reparam
@@ -182,7 +182,13 @@ class Tied(Reparam):
     """
 
     def __init__(self, lens, r, T: int, cell, name=None):
+        need_fixed(lens, "Tied (its lens, the unrolled chain)")
+        cell = need_fixed(cell, "Tied (its cell)")
+        (T,) = layer_sizes("Tied", T=T)
         super().__init__(lens, r, init=cell.init, name=name)
+        if cell.param != self.param:  # the cell's point is the one every step uses
+            raise SpaceMismatch(f"Tied: the parameters {cell.param!r} of the cell {cell.name} are "
+                                f"not the domain {self.param!r} of {r.name}, the map tying them")
         self.T, self.cell = T, cell
 
     def rebuild(self, children):
