@@ -243,7 +243,7 @@ class ParaLens(Composable, Parameterised):
             refuse_operand(self, ">>", other)
         other = other.after(self.cod)
         check_composable(self, other)
-        return Chain(self.parts + other.parts)
+        return Chain(self.parts + other.parts, composed=True)
 
     def __matmul__(self, other):
         if not isinstance(other, Composable):
@@ -277,8 +277,10 @@ class Chain(ParaLens):
         [(3, 2), (3,), (1, 3), (1,)]
     """
 
-    def __init__(self, parts):
-        self.children = parts = need_chain(parts, "Chain")  # fixed lenses that compose
+    def __init__(self, parts, composed: bool = False):
+        # fixed lenses that compose; `composed`: `>>` has checked its junction and each side's
+        # parts compose already, so that a fold of n `>>` checks n junctions, not n² pairs
+        self.children = parts = tuple(parts) if composed else need_chain(parts, "Chain")
         self.dom, self.cod = parts[0].dom, parts[-1].cod
         self.param = Product(*(p.param for p in parts))
         self.name = " ≫ ".join(p.name for p in parts)
