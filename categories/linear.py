@@ -409,7 +409,7 @@ def unflatten_value(flat, space: Space):
     if shape_of(flat) != (space.size,):
         raise ShapeError(f"unflatten_value: {space!r} has {space.size} coordinates, so flat "
                          f"must be a vector of shape ({space.size},), got {describe(flat)}")
-    template = space.tangent.zeros(flat.dtype)
+    template = space.tangent.zeros()  # its structure and shapes (flat keeps its dtype)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     out, i = [], 0
     for leaf in leaves:

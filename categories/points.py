@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import DomainError
+from .errors import DomainError, KindError
 
 
 def is_real_dtype(dtype, booleans: bool = False) -> bool:
@@ -25,6 +25,21 @@ def is_real_dtype(dtype, booleans: bool = False) -> bool:
     except TypeError:
         return False
     return real or (booleans and dtype == np.bool_)
+
+
+def need_float_dtype(dtype, who: str):
+    """dtype, if None (JAX's default float) or a floating dtype, which a coordinate of a
+    tangent vector has; else `KindError` naming `who` (`R(2).zeros("x")`, `zeros(jnp.int32)`)."""
+    if dtype is None:
+        return None
+    try:
+        floating = bool(jnp.issubdtype(np.dtype(dtype), jnp.floating))
+    except TypeError:
+        floating = False
+    if not floating:
+        raise KindError(f"{who} needs a floating dtype (jnp.float32, jnp.float64, "
+                        f"jnp.bfloat16, ...) or None, got {dtype!r}")
+    return dtype
 
 
 def real_dtype_mismatch(x) -> str | None:
@@ -50,6 +65,20 @@ def check_finite(x, what: str, space) -> None:
             i = tuple(int(k) for k in np.argwhere(~finite)[0]) if a.ndim else ()
             raise DomainError(f"{what} is not a point of {space!r}: coordinate {i} is "
                               f"{a[i] if a.ndim else a}, not a real number")
+
+
+def outside(what: str, space, x, margin) -> str:
+    """Why the concrete point x lies outside the open set `space`, whose interior margins at x
+    are `margin`: the coordinate furthest outside, by how much, and x itself if it is short."""
+    flat = margin.reshape(-1)
+    i = int(np.argmin(flat))
+    idx = np.unravel_index(i, space.shape) if space.shape else ()
+    shown = np.asarray(x)
+    value = shown.reshape(-1)[i] if space.shape else shown
+    point = f": {np.array2string(shown, precision=6)}" if shown.size <= 12 else ""
+    return (f"{what} lies outside {space!r}: coordinate {tuple(int(k) for k in idx)} "
+            f"= {float(value)!r} is outside by {0.0 - float(flat[i])!r} "
+            f"(point of shape {tuple(space.shape)}{point})")
 
 
 def is_concrete(x) -> bool:

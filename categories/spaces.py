@@ -22,7 +22,8 @@ from . import draws
 from .errors import DimensionError, DomainError, KindError
 from .dimensions import MAX_SIZE, dimensions
 from .numbers import NARROW, ROOM, real_number, too_narrow
-from .points import check_finite, describe, is_concrete, real_dtype_mismatch, shape_of
+from .points import (check_finite, describe, is_concrete, need_float_dtype, outside,
+                     real_dtype_mismatch, shape_of)
 
 
 def _shape_str(shape) -> str:
@@ -77,6 +78,10 @@ class Space:
         need_space(other, f"the product {self!r} × B")
         return Product(self, other)
 
+    def __rmul__(self, other) -> "Product":  # `3 * R(2)`: the left factor is no space
+        need_space(other, f"the product A × {self!r}")
+        return Product(other, self)
+
     # -- notation ----------------------------------------------------------------------------
     def latex(self) -> str:
         """The space in LaTeX mathematical notation (without dollars); a kind of space that
@@ -90,8 +95,8 @@ class Space:
 
     # -- points ------------------------------------------------------------------------------
     def zeros(self, dtype=None):
-        """The zero of the tangent space (an array of this shape)."""
-        return jnp.zeros(self.shape, dtype=dtype)
+        """The zero of the tangent space (an array of this shape; of a floating `dtype`)."""
+        return jnp.zeros(self.shape, dtype=need_float_dtype(dtype, f"the zeros of {self!r}"))
 
     def interior_margin(self, x):
         """Per coordinate, how far inside the open set x lies (> 0 inside); traceable."""
@@ -150,17 +155,7 @@ class Space:
         if is_concrete(x):
             margin = np.asarray(self.interior_margin(x))
             if not np.all(margin > 0):
-                flat = margin.reshape(-1)
-                i = int(np.argmin(flat))
-                idx = np.unravel_index(i, self.shape) if self.shape else ()
-                value = np.asarray(x).reshape(-1)[i] if self.shape else np.asarray(x)
-                shown = np.asarray(x)
-                point = f": {np.array2string(shown, precision=6)}" if shown.size <= 12 else ""
-                raise DomainError(
-                    f"{what} lies outside {self!r}: coordinate {tuple(int(k) for k in idx)} "
-                    f"= {float(value)!r} is outside by {0.0 - float(flat[i])!r} "
-                    f"(point of shape {tuple(self.shape)}{point})"
-                )
+                raise DomainError(outside(what, self, x, margin))
         return x
 
     def sample_interior(self, key):
@@ -220,6 +215,7 @@ class R(Space):
         return self
 
     def zeros(self, dtype=None):
+        dtype = need_float_dtype(dtype, f"the zeros of {self!r}")
         return None if self.is_terminal else jnp.zeros(self.shape, dtype=dtype)
 
     def indicator(self, x):
@@ -442,6 +438,7 @@ class Product(Space):
         return Product(*(f.tangent for f in self.factors))
 
     def zeros(self, dtype=None):
+        dtype = need_float_dtype(dtype, f"the zeros of {self!r}")
         return tuple(f.zeros(dtype) for f in self.factors)
 
     def indicator(self, x):

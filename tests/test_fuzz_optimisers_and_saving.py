@@ -151,8 +151,10 @@ def _typed(k):
 
 
 def _key_ok(k):
-    """A key: a typed one, or raw key data (an array of integers)."""
-    return k is None or _typed(k) or _dtype(k).kind in "iu"
+    """A key: a typed one, or raw key data (uint32 words along a last axis, as PRNGKey gives;
+    a seed such as 0 is no key: load could not give it back as one)."""
+    return k is None or _typed(k) or (_dtype(k) == np.uint32 and np.ndim(k) >= 1
+                                      and np.shape(k)[-1] > 0)
 
 
 def _extras_ok(e):

@@ -9,7 +9,7 @@ import pytest
 from categories import (D, Covector, Linear, OpenBall, OpenBox, Para, Positive, R, Smooth,
                         Vector, check_composable, constant, dual, euclidean, flatten_value,
                         fst, linear_smooth, pairing, para_identity, para_of,
-                        reverse_derivative, slot_uses, snd)
+                        reverse_derivative, slot_uses, snd, unflatten_value)
 from categories.errors import (CovectorError, DimensionError, DomainError, HyperparameterError,
                                KindError, ParalensError, SlotError, SpaceMismatch)
 from categories.numbers import ROOM, too_narrow
@@ -163,6 +163,10 @@ CASES = [
     (lambda: Para(R(2), R(3), R(), lambda a, p: p * a, "short")(X2, 1.0), SpaceMismatch,
      "short : R^2 → R^3 does not land in its codomain"),
     (lambda: R(2) * None, KindError, "the product R^2 × B needs a Space"),
+    (lambda: 3 * R(2), KindError, "the product A × R^2 needs a Space (e.g. R(3)), got int 3"),
+    (lambda: R(2).zeros("x"), KindError, "the zeros of R^2 needs a floating dtype"),
+    (lambda: (R(2) * R(1)).zeros(jnp.int32), KindError, "the zeros of R^2 × R^1 needs a floating"),
+    (lambda: R(0).zeros(int), KindError, "the zeros of R^0 needs a floating dtype"),
     (lambda: D23 * 2, KindError, "a lens has no *; put two lenses side by side with @"),
     (lambda: 2 * D23, KindError, "cannot form int 2 * dense(2→3): a lens has no *"),
     (lambda: D23 * D23, KindError, "a lens has no *"),
@@ -187,6 +191,17 @@ def test_a_malformed_call_ends_in_a_catalogued_error(call, error, phrase):
     with pytest.raises(error) as caught:
         call()
     assert phrase in str(caught.value)
+
+
+def test_zeros_take_a_floating_dtype_and_unflatten_keeps_the_flat_dtype():
+    assert R(2).zeros(jnp.bfloat16).dtype == jnp.bfloat16
+    assert [a.dtype for a in (R(2) * R(3)).zeros(jnp.float16)] == [jnp.float16] * 2
+    assert R(0).zeros(jnp.float32) is None
+    # unflatten_value reads only its template's shapes: an integer vector unflattens as such
+    flat = jnp.arange(7)
+    parts = unflatten_value(flat, R(2, 2) * R(3))
+    assert [(a.shape, a.dtype) for a in parts] == [((2, 2), flat.dtype), ((3,), flat.dtype)]
+    assert parts[1].tolist() == [4, 5, 6]
 
 
 def test_a_vector_may_carry_leading_batch_axes_but_not_other_shapes():

@@ -20,7 +20,7 @@ from lenses.inner_products.natural import Fisher, GaussNewton
 from lenses.optimisers import adagrad, adam, chain, gd, scale_by_adam, scale_by_learning_rate, sharp
 from lenses.optimisers.parts import Foreign
 from lenses.optimisers.riemannian import riemannian_adam
-from lenses.training import Checkpoints, TrainState, fit, train_step
+from lenses.training import Checkpoints, TrainState, fit, save, train_step
 from lenses.training.faults import Fault
 from lenses.training.state import Report
 
@@ -129,6 +129,21 @@ def test_axis_without_a_mesh_and_callbacks_none():
     state, history = fit(dense(2, 1), half_squared_error, gd(0.1), P, (X, Y), epochs=1,
                          batch_size=4, callbacks=None)
     assert int(state.count) == 2 and len(history) == 1
+
+
+@pytest.mark.parametrize("key", [3, np.int64(3), jnp.ones(2), jnp.arange(2), np.zeros(0, np.uint32)])
+def test_save_refuses_a_key_it_could_not_give_back_as_one(tmp_path, key):
+    # a seed saved as a "raw key" was refused only when fit resumed from the file
+    state = train_step(dense(2, 1), half_squared_error, gd(0.1)).init(P)
+    with pytest.raises(KindError, match="save: key must be a JAX random key"):
+        save(str(tmp_path / "s.safetensors"), state, dense(2, 1), key=key)
+    save(str(tmp_path / "k.safetensors"), state, dense(2, 1), key=jax.random.PRNGKey(3))
+
+
+@pytest.mark.parametrize("n", ["a", 2.0, None, -1, True])
+def test_check_split_takes_a_number_of_examples_with_or_without_a_mesh(n):
+    with pytest.raises(KindError, match="check_split: n"):
+        train_step(dense(2, 1), half_squared_error, gd(0.1)).check_split(n)
 
 
 def test_old_half_precision_states_widen_on_load(tmp_path, monkeypatch):

@@ -65,6 +65,16 @@ def test_pooling_and_flatten_against_reshapes():
     assert max_pool(2).at(A).cod == R(2, 3, 3) and flatten.at(A).cod == R(72)
 
 
+def test_avg_pool_same_counts_the_padded_zeros():
+    """SAME pads 6 → 7 (stride 2, window 3: nothing low, one high) with zeros, and every
+    window's sum is divided by 9 (flax's count_include_pad=True), padded zeros included."""
+    def by_hand(x, p):
+        z = jnp.pad(x, ((0, 0), (0, 1), (0, 1)))
+        return jnp.stack([jnp.stack([z[:, i:i + 3, j:j + 3].sum((1, 2)) / 9 for j in (0, 2, 4)], -1)
+                          for i in (0, 2, 4)], -2)
+    compare(avg_pool(3, stride=2, padding="SAME").at(A), by_hand, X, None, 5)
+
+
 def test_a_small_convolutional_network_against_jax_grad_by_hand():
     net = conv2d(2, 3, 3).at(A) >> relu >> max_pool(2) >> flatten >> dense(12, 2)
     p = ((jnp.asarray(RNG.standard_normal((3, 2, 3, 3))), jnp.array([0.1, 0.0, -0.1])), None, None,

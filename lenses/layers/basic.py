@@ -229,12 +229,18 @@ def max_pool(window, stride=None, padding="VALID") -> LensFamily:
 
 
 def avg_pool(window, stride=None, padding="VALID") -> LensFamily:
-    """Average pooling over H and W of R^{C×H×W} (linear, so smooth).
+    """Average pooling over H and W of R^{C×H×W} (linear, so smooth). Every window's sum is
+    divided by the window's size, so with padding "SAME" the padded zeros count, as in flax's
+    `avg_pool` (`count_include_pad=True`): an edge window of [[0, 1], [2, 3]] averages 1 and 3
+    with two zeros.
 
     Examples:
         >>> pool = avg_pool(2).at(R(1, 4, 4))
         >>> pool(jnp.arange(16.0).reshape(1, 4, 4), None).tolist()
         [[[2.5, 4.5], [10.5, 12.5]]]
+        >>> same = avg_pool(2, stride=1, padding="SAME").at(R(1, 2, 2))
+        >>> same(jnp.arange(4.0).reshape(1, 2, 2), None).tolist()
+        [[[1.5, 1.0], [1.25, 0.75]]]
     """
     return _pool("avg_pool", lax.add, 0.0, window, stride, padding,
                  lambda w: 1.0 / (w[0] * w[1]), True)

@@ -115,11 +115,13 @@ def _is_typed_key(key) -> bool:
 
 
 def _is_raw_key(key) -> bool:
-    """key is raw key data (integers, as jax.random.PRNGKey gives)."""
+    """key is raw key data: uint32 words along a last axis, as jax.random.PRNGKey gives (a
+    seed such as 3 is not a key: `load` could not give it back as one)."""
     try:
-        return np.asarray(key).dtype.kind in "ui"
+        a = np.asarray(key)
     except (TypeError, ValueError):  # a ragged list, say
         return False
+    return a.dtype == np.uint32 and a.ndim >= 1 and a.shape[-1] > 0
 
 
 # -- save ----------------------------------------------------------------------------------------
@@ -134,7 +136,7 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     existing file stays as it was): a point outside the parameter object (`DomainError`),
     which `load` would refuse; an optimiser state not of `opt` (`SpaceMismatch`; without
     `opt`, not stateless: `KindError`), which the file would mislabel; a `key` that is not
-    a JAX random key, `extra_arrays` not a dict of arrays, a `fit` JSON cannot write
+    a JAX random key (a seed such as 3 is not one), `extra_arrays` not a dict of arrays, a `fit` JSON cannot write
     (`KindError`). `layout`: the `Layout` the state is laid out by, recorded (a
     state split over a mesh is written from its shards, `_host`).
 

@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from categories.errors import (HyperparameterError, KindError, LayoutError, ParalensError,
                                ShapeError, UnsupportedError)
+from categories.numbers import integer
 
 from ..losses import loss_family as as_loss_family
 from ..inner_products.metrics import Metric
@@ -246,6 +247,7 @@ class TrainStep:
         Examples:
             >>> train_step(dense(2, 1), half_squared_error, gd(0.1)).check_split(5)
         """
+        n = integer(n, "check_split: n, a batch's number of examples", error=KindError)
         if self.mesh is None or self.axis is None:  # a layout over a mesh without a data axis: the batch is whole
             return
         devices = self.mesh.shape[self.axis]
