@@ -27,11 +27,12 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from categories.errors import CheckpointMismatch, HyperparameterError, KindError, ShapeError
+from categories.numbers import integer
 
 from ..inputs import flag, optional_flag
 from .evaluate import accuracy, check_labels
 from .saved import load, need_path, save
-from .sources import InMemory, Stream, as_key, count_arg, key_data
+from .sources import InMemory, Stream, as_key, key_data
 from .state import TrainState
 from .trainer import train_step
 
@@ -76,7 +77,7 @@ class Checkpoints:
     def __post_init__(self):
         need_path(self.path, "Checkpoints")
         if self.every is not None:
-            object.__setattr__(self, "every", count_arg(self.every, "Checkpoints: every", 1))
+            object.__setattr__(self, "every", integer(self.every, "Checkpoints: every", 1))
         object.__setattr__(self, "resume", flag(self.resume, "Checkpoints: resume"))
         if self.on_save is not None and not callable(self.on_save):
             raise KindError(f"Checkpoints: on_save must be a function state -> None, got "
@@ -136,8 +137,8 @@ def fit(model, loss_family, opt, params, data, epochs: int = 10, batch_size: int
         4
     """
     step = train_step(model, loss_family, opt, reduction, mesh, axis, layout)
-    plan = dict(epochs=count_arg(epochs, "epochs", 0),
-                max_steps=None if max_steps is None else count_arg(max_steps, "max_steps", 0))
+    plan = dict(epochs=integer(epochs, "epochs", 0),
+                max_steps=None if max_steps is None else integer(max_steps, "max_steps", 0))
     every = _checkpoints(checkpoints).every if checkpoints is not None else None
     callbacks = _callables(callbacks)
     progress = optional_flag(progress, "fit: progress")

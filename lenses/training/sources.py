@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from categories.errors import HyperparameterError, KindError, ShapeError
+from categories.numbers import integer
 
 from ..inputs import check_batch, optional_flag
 
@@ -37,20 +38,6 @@ class Chunk(NamedTuple):
     epoch: int
     first_in_epoch: bool
     last_in_epoch: bool
-
-
-def count_arg(x, name: str, least: int) -> int:
-    """x as an int if it is an integer ≥ least (numpy's welcome), else `HyperparameterError`."""
-    if isinstance(x, (bool, np.bool_)):
-        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
-    try:
-        k = int(np.asarray(x).item()) if np.ndim(x) == 0 and \
-            np.issubdtype(np.asarray(x).dtype, np.integer) else None
-    except (TypeError, ValueError, OverflowError):
-        k = None
-    if k is None or k < least:
-        raise HyperparameterError(f"{name} must be an integer ≥ {least}, got {x!r}")
-    return k
 
 
 def as_key(key):
@@ -91,9 +78,9 @@ def epoch_order(key, epoch: int, n: int, batch_size: int) -> np.ndarray:
         >>> bool(np.array_equal(order, epoch_order(0, 1, 7, 2)))
         True
     """
-    epoch = count_arg(epoch, "epoch_order: epoch (counted from 1)", 1)
-    n = count_arg(n, "epoch_order: n, the number of examples,", 0)
-    batch_size = count_arg(batch_size, "epoch_order: batch_size", 1)
+    epoch = integer(epoch, "epoch_order: epoch (counted from 1)", 1)
+    n = integer(n, "epoch_order: n, the number of examples,", 0)
+    batch_size = integer(batch_size, "epoch_order: batch_size", 1)
     seed = np.random.SeedSequence([int(v) for v in key_data(as_key(key)).ravel()] + [epoch])
     batches = n // batch_size
     perm = np.random.default_rng(seed).permutation(n)
@@ -156,7 +143,7 @@ class InMemory:
                              f"iterable of such batches, got a tuple of {len(data)}")
         X, Y = data
         self.n = _check_pair(step, X, Y, "the inputs")
-        batch_size = count_arg(batch_size, "batch_size", 1)
+        batch_size = integer(batch_size, "batch_size", 1)
         self.bs = _split(step, batch_size)
         if self.bs > self.n:
             raise HyperparameterError(f"batch_size {batch_size} is larger than the {self.n} "
@@ -165,7 +152,7 @@ class InMemory:
         self.step, self.key, self.every = step, key, every
         self.per_epoch = self.n // self.bs
         self.k_max = self.per_epoch if steps_per_dispatch is None else \
-            count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
+            integer(steps_per_dispatch, "steps_per_dispatch", 1)
         self.k_max = min(self.k_max, 256) if steps_per_dispatch is None else self.k_max
         nbytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves((X, Y)))
         on_device = optional_flag(on_device, "fit: on_device")
@@ -213,7 +200,7 @@ class Stream:
                             f"{type(data).__name__}")
         self.step, self.data, self.key, self.every = step, data, key, every
         self.k_max = 32 if steps_per_dispatch is None else \
-            count_arg(steps_per_dispatch, "steps_per_dispatch", 1)
+            integer(steps_per_dispatch, "steps_per_dispatch", 1)
 
     def identity(self) -> dict:
         return {"n": None, "batch_size": None}
@@ -290,4 +277,4 @@ def _with_next(iterable):
 
 
 __all__ = ["DEVICE_DATA_LIMIT", "Chunk", "InMemory", "Stream", "epoch_order", "as_key",
-           "key_data", "count_arg", "cuts"]
+           "key_data", "cuts"]
