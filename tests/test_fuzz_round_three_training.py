@@ -11,8 +11,8 @@ import pytest
 
 from categories import Covector, R
 from categories.errors import (DomainError, HyperparameterError, KindError, LayoutError,
-                               MetricError, SpaceMismatch, TargetError, TargetTypeError,
-                               UnsupportedError)
+                               MetricError, ShapeError, SpaceMismatch, TargetError,
+                               TargetTypeError, UnsupportedError)
 from lenses import SequenceCrossEntropy, dense, half_squared_error, positionwise_dense
 from lenses.inner_products.kfac import KFAC
 from lenses.inner_products.metrics import Constant, Diagonal
@@ -144,6 +144,19 @@ def test_save_refuses_a_key_it_could_not_give_back_as_one(tmp_path, key):
 def test_check_split_takes_a_number_of_examples_with_or_without_a_mesh(n):
     with pytest.raises(KindError, match="check_split: n"):
         train_step(dense(2, 1), half_squared_error, gd(0.1)).check_split(n)
+
+
+def test_a_list_of_two_plain_lists_is_read_as_two_batches_and_the_refusal_says_so():
+    X2, Y2 = [[1.0, 2.0], [3.0, 4.0]], [[1.0], [2.0]]
+    with pytest.raises(ShapeError, match=r"data is a list of two.*pass a tuple \(X, Y\) of arrays"):
+        fit(dense(2, 1), half_squared_error, gd(0.1), P, [X2, Y2], epochs=1, batch_size=2)
+    # the tuple of arrays trains; a stream of two good batches given as a list is no mistake
+    state, _ = fit(dense(2, 1), half_squared_error, gd(0.1), P, (np.array(X2), np.array(Y2)),
+                   epochs=1, batch_size=2)
+    assert int(state.count) == 1
+    batches = [(np.array(X2), np.array(Y2))] * 2
+    state, _ = fit(dense(2, 1), half_squared_error, gd(0.1), P, batches, epochs=1, batch_size=2)
+    assert int(state.count) == 2
 
 
 def test_old_half_precision_states_widen_on_load(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories.errors import HyperparameterError, KindError, ShapeError
+from categories.errors import HyperparameterError, KindError, ParalensError, ShapeError
 from categories.numbers import integer
 
 from ..inputs import check_batch, optional_flag
@@ -217,7 +217,13 @@ class Stream:
                 raise ShapeError(f"fit: batch {i} of the iterable is not a pair (X, Y), got "
                                  f"{type(batch).__name__}")
             X, Y = (np.asarray(a) for a in batch)
-            n = _check_pair(self.step, X, Y, f"batch {i} of the iterable")
+            try:
+                n = _check_pair(self.step, X, Y, f"batch {i} of the iterable")
+            except ParalensError as e:  # [X, Y] as plain lists reads as two batches
+                if i or not (isinstance(self.data, list) and len(self.data) == 2):
+                    raise
+                raise type(e)(f"{e} (data is a list of two, read as two batches (X, Y): if it "
+                              "is the inputs and the targets, pass a tuple (X, Y) of arrays)") from None
             _split(self.step, n)
             yield X, Y
 
