@@ -136,9 +136,9 @@ def save(path, state: TrainState, model, opt=None, key=None, *, fit: dict | None
     existing file stays as it was): a point outside the parameter object (`DomainError`),
     which `load` would refuse; an optimiser state not of `opt` (`SpaceMismatch`; without
     `opt`, not stateless: `KindError`), which the file would mislabel; a `key` that is not
-    a JAX random key (a seed such as 3 is not one), `extra_arrays` not a dict of arrays, a `fit` JSON cannot write
-    (`KindError`). `layout`: the `Layout` the state is laid out by, recorded (a
-    state split over a mesh is written from its shards, `_host`).
+    a JAX random key (a seed such as 3 is not one), `extra_arrays` not a dict of arrays, a
+    `fit` JSON cannot write (`KindError`). `layout`: the `Layout` the state is laid out by,
+    recorded (a state split over a mesh is written from its shards, `_host`).
 
     Examples:
         >>> import os, tempfile
