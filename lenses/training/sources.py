@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from categories.errors import HyperparameterError, KindError, ParalensError, ShapeError
+from categories.errors import HyperparameterError, KindError, ShapeError
 from categories.numbers import integer
 
 from ..inputs import check_batch, optional_flag
@@ -219,11 +219,12 @@ class Stream:
             X, Y = (np.asarray(a) for a in batch)
             try:
                 n = _check_pair(self.step, X, Y, f"batch {i} of the iterable")
-            except ParalensError as e:  # [X, Y] as plain lists reads as two batches
+            except ShapeError as e:  # [X, Y] as plain lists reads as two batches
                 if i or not (isinstance(self.data, list) and len(self.data) == 2):
                     raise
-                raise type(e)(f"{e} (data is a list of two, read as two batches (X, Y): if it "
-                              "is the inputs and the targets, pass a tuple (X, Y) of arrays)") from None
+                raise ShapeError(f"{e} (data is a list of two, read as two batches (X, Y): if "
+                                 "it is the inputs and the targets, pass a tuple (X, Y) of "
+                                 "arrays)") from None
             _split(self.step, n)
             yield X, Y
 
